@@ -1,0 +1,177 @@
+//! `kiln-api --demo DIR`: package a game directory, upload it to this very server through
+//! the public API, follow its progress and print what a game team gets back.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// Files a game directory holds for its developers, not for players.
+const SKIPPED: &[&str] = &["node_modules", "package.json", "package-lock.json", "copy-engine.mjs"];
+
+/// Zips a directory (minus dotfiles and npm files) the way a game team's CI would.
+pub fn package_dir(dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut files = Vec::new();
+    collect(dir, dir, &mut files)?;
+    files.sort();
+    if files.is_empty() {
+        bail!("{} holds no files", dir.display());
+    }
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for rel in files {
+        zip.start_file(&rel, options)?;
+        zip.write_all(&std::fs::read(dir.join(&rel))?)?;
+    }
+    Ok(zip.finish()?.into_inner())
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || SKIPPED.contains(&name.as_str()) {
+            continue;
+        }
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            collect(root, &path, out)?;
+        } else if entry.file_type()?.is_file() {
+            let rel = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
+/// Runs the demo against the server at `base`, authorised by `admin_token`.
+pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()> {
+    if !dir.join("vendor").exists() {
+        bail!(
+            "{} has no vendor/ folder: run `npm install` there first (it copies three.js from npm)",
+            dir.display()
+        );
+    }
+    let package = package_dir(dir)?;
+    let game = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase().replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-"))
+        .unwrap_or_else(|| "demo".into());
+    let http = reqwest::Client::new();
+    let team: serde_json::Value = http
+        .post(format!("{base}/v1/teams"))
+        .bearer_auth(admin_token)
+        .json(&serde_json::json!({ "name": format!("demo-{}", uuid::Uuid::new_v4().simple()) }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let team_id = team["id"].as_str().context("team id")?;
+    let token: serde_json::Value = http
+        .post(format!("{base}/v1/teams/{team_id}/tokens"))
+        .bearer_auth(admin_token)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let token = token["token"].as_str().context("token")?.to_string();
+
+    println!("\n== Kiln demo ==================================================");
+    println!("uploading {} ({} bytes zipped) as game {game:?}", dir.display(), package.len());
+    let version = format!("demo-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+    let upload = http
+        .post(format!("{base}/v1/games/{game}/builds?version={version}"))
+        .bearer_auth(&token)
+        .header("content-type", "application/zip")
+        .body(package)
+        .send()
+        .await?;
+    let code = upload.status();
+    let accepted: serde_json::Value = upload.json().await?;
+    if !code.is_success() {
+        bail!("upload refused ({code}): {accepted}");
+    }
+    println!("{code}: {}", serde_json::to_string_pretty(&accepted)?);
+    let status_url = accepted["status_url"].as_str().context("status_url")?.to_string();
+
+    let mut shown = String::new();
+    let status = loop {
+        let status: serde_json::Value = http
+            .get(&status_url)
+            .bearer_auth(&token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let line: Vec<String> = status["stages"]
+            .as_array()
+            .map(|stages| {
+                stages
+                    .iter()
+                    .map(|s| format!("{} {}", s["name"].as_str().unwrap_or("?"), s["status"].as_str().unwrap_or("?")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let line = format!("{}: {}", status["status"].as_str().unwrap_or("?"), line.join(", "));
+        if line != shown {
+            println!("  {line}");
+            shown = line;
+        }
+        if matches!(status["status"].as_str(), Some("published" | "failed")) {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if status["status"] != "published" {
+        bail!("build failed: {}", status["error"]);
+    }
+    let manifest_response = http.get(format!("{base}/v1/games/{game}/manifest")).send().await?;
+    let signature = manifest_response
+        .headers()
+        .get("kiln-signature")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let manifest: serde_json::Value = manifest_response.json().await?;
+    let report: serde_json::Value = http
+        .get(format!("{base}/v1/builds/{}/report", accepted["build_id"].as_str().unwrap_or("")))
+        .bearer_auth(&token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    println!("\npublished. signed manifest: {base}/v1/games/{game}/manifest");
+    println!("  Kiln-Signature: {signature}   (public keys: {base}/v1/keys)");
+    println!("\n  {:<44} {:>10} {:>10} {:>10}  CDN URL", "file", "bytes", "br", "gzip");
+    for file in manifest["files"].as_array().into_iter().flatten() {
+        let path = file["path"].as_str().unwrap_or("");
+        let size = file["size"].as_u64().unwrap_or(0);
+        let form = |enc: &str| {
+            file["encodings"]
+                .as_array()
+                .and_then(|e| e.iter().find(|f| f["encoding"] == enc))
+                .and_then(|f| f["size"].as_u64())
+                .map_or("-".to_string(), |s| s.to_string())
+        };
+        println!(
+            "  {path:<44} {size:>10} {:>10} {:>10}  {}",
+            form("br"),
+            form("gzip"),
+            file["url"].as_str().unwrap_or("")
+        );
+    }
+    let totals = &report["totals"];
+    println!(
+        "\n  total {} bytes; a browser accepting brotli downloads {} bytes",
+        totals["bytes_after"], totals["brotli_bytes"]
+    );
+    println!("\nplay it:        {base}/play/{game}/");
+    println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");
+    println!("metrics:        {base}/metrics     API: {base}/v1/openapi.json");
+    println!("================================================================\n");
+    Ok(())
+}

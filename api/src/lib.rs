@@ -1,0 +1,180 @@
+//! Kiln's HTTP service. Handlers translate HTTP to database, storage and queue calls; the
+//! pipeline runs in workers (in this process in the embedded mode, or `kiln-worker`s).
+
+pub mod auth;
+pub mod demo;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use kiln_common::config::Config;
+use kiln_common::db::Db;
+use kiln_common::metrics;
+use kiln_common::storage::Storage;
+use tokio::sync::{Semaphore, watch};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub storage: Storage,
+    pub config: Arc<Config>,
+    pub upload_slots: Arc<Semaphore>,
+}
+
+pub fn router(state: AppState) -> Router {
+    use routes::{builds, cdn, ops, publishing, teams, uploads};
+    let upload_timeout = Duration::from_secs(state.config.upload.timeout_secs);
+    let request_timeout = Duration::from_secs(state.config.upload.request_timeout_secs);
+    // Uploads and event streams run long; everything else gets the short timeout.
+    let long = Router::new()
+        .route("/v1/games/{game}/builds", post(uploads::upload))
+        .route("/v1/builds/{id}/events", get(builds::events))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            upload_timeout,
+        ));
+    let short = Router::new()
+        .route("/v1/builds/{id}", get(builds::status))
+        .route("/v1/builds/{id}/report", get(builds::report))
+        .route("/v1/games/{game}/manifest", get(publishing::manifest))
+        .route("/v1/keys", get(publishing::keys))
+        .route("/v1/teams", post(teams::create_team))
+        .route("/v1/teams/{id}/tokens", post(teams::create_token))
+        .route("/v1/openapi.json", get(ops::openapi))
+        .route("/cdn/{*key}", get(cdn::object))
+        .route("/play/{game}/", get(cdn::play_root))
+        .route("/play/{game}/{*path}", get(cdn::play))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ));
+    long.merge(short)
+        .layer(middleware::from_fn_with_state(state.clone(), record_request))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// RED metrics per route template (never per raw path: bounded label values).
+async fn record_request(State(_): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    metrics::HTTP_DURATION
+        .with_label_values(&[&route, &method])
+        .observe(start.elapsed().as_secs_f64());
+    metrics::HTTP_REQUESTS
+        .with_label_values(&[&route, &method, response.status().as_str()])
+        .inc();
+    response
+}
+
+/// A started API: its address, and how to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting requests and lets in-process workers finish their jobs.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    pub fn stop_handle(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+/// Binds, migrates, and starts serving (and in-process workers, if configured).
+pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+    metrics::init();
+    let listener = tokio::net::TcpListener::bind(&config.bind).await?;
+    let addr = listener.local_addr()?;
+    if config.public_url.is_empty() {
+        config.public_url = format!("http://{addr}");
+    }
+    let db = Db::connect(&config.database_url(), 16).await?;
+    let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
+    // The queue's tables must exist before the first upload pushes a job.
+    kiln_worker::job::setup_queue(&db.queue)
+        .await
+        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    let config = Arc::new(config);
+    let state = AppState {
+        db: db.clone(),
+        storage: storage.clone(),
+        upload_slots: Arc::new(Semaphore::new(config.upload.max_concurrent.max(1))),
+        config: config.clone(),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let workers = config.in_process_workers();
+    if workers > 0 {
+        let context = kiln_worker::runtime::job_context(&config, db, storage).await?;
+        let heartbeat = Duration::from_secs(config.worker.heartbeat_secs);
+        let concurrency = config.worker.concurrency;
+        let stopped = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) =
+                kiln_worker::job::run_workers(context, workers, concurrency, heartbeat, stopped).await
+            {
+                tracing::error!(error = %e, "in-process workers stopped");
+            }
+        }));
+    }
+
+    let app = router(state.clone());
+    let mut server_stop = stopped;
+    tasks.push(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "server stopped");
+        }
+    }));
+    tracing::info!(
+        %addr,
+        storage = ?state.storage,
+        embedded_database = config.is_embedded_database(),
+        in_process_workers = workers,
+        "kiln-api listening"
+    );
+    Ok(Running {
+        addr,
+        state,
+        stop,
+        tasks,
+    })
+}

@@ -1,0 +1,9 @@
+//! HTTP handlers. They translate between HTTP and the database/storage/queue calls; the work
+//! itself happens in the worker.
+
+pub mod builds;
+pub mod cdn;
+pub mod ops;
+pub mod publishing;
+pub mod teams;
+pub mod uploads;

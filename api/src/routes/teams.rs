@@ -1,0 +1,69 @@
+//! Teams and their tokens, created with the admin token.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use crate::AppState;
+use crate::auth::{Admin, new_token, token_hash};
+use crate::error::{ApiError, ApiResult};
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct NewTeam {
+    pub name: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TeamView {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TokenView {
+    /// Shown once; Kiln keeps only its hash.
+    pub token: String,
+    pub team_id: String,
+}
+
+#[utoipa::path(post, path = "/v1/teams", request_body = NewTeam,
+    responses((status = 201, body = TeamView), (status = 401, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody)),
+    security(("admin_token" = [])))]
+pub async fn create_team(
+    State(state): State<AppState>,
+    _: Admin,
+    Json(new): Json<NewTeam>,
+) -> ApiResult<(StatusCode, Json<TeamView>)> {
+    let name = new.name.trim();
+    if name.is_empty() || name.len() > 128 {
+        return Err(ApiError::bad_request("team name must be 1-128 characters"));
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    state.db.create_team(&id, name).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(TeamView {
+            id,
+            name: name.to_string(),
+        }),
+    ))
+}
+
+#[utoipa::path(post, path = "/v1/teams/{id}/tokens",
+    responses((status = 201, body = TokenView), (status = 401, body = crate::error::ErrorBody),
+              (status = 404, body = crate::error::ErrorBody)),
+    security(("admin_token" = [])))]
+pub async fn create_token(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(team_id): Path<String>,
+) -> ApiResult<(StatusCode, Json<TokenView>)> {
+    if !state.db.team_exists(&team_id).await? {
+        return Err(ApiError::not_found(format!("team {team_id} not found")));
+    }
+    let token = new_token();
+    state.db.create_token(&team_id, &token_hash(&token)).await?;
+    Ok((StatusCode::CREATED, Json(TokenView { token, team_id })))
+}

@@ -1,0 +1,283 @@
+//! `POST /v1/games/{game}/builds`: stream a package into object storage, then queue it.
+//!
+//! The body goes to the store chunk by chunk while its SHA-256 is computed, so memory stays
+//! flat whatever the size. Only when the object is stored and the build row committed does
+//! the client get `202`.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use bytes::Bytes;
+use futures::StreamExt;
+use kiln_common::db::{Inserted, NewBuild};
+use kiln_common::keys;
+use kiln_common::metrics;
+use kiln_common::storage::StorageError;
+use kiln_worker::pipeline::STAGES;
+use kiln_worker::stages::PackageFormat;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::auth::Team;
+use crate::error::{ApiError, ApiResult};
+
+#[derive(Deserialize, utoipa::IntoParams)]
+pub struct UploadQuery {
+    /// The game's version this package is (free text: `1.4.2`, a commit, a CI run id).
+    pub version: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct UploadResponse {
+    pub build_id: String,
+    pub status: String,
+    pub status_url: String,
+    pub events_url: String,
+    pub report_url: String,
+    /// True when these bytes (or this idempotency key) were uploaded before: nothing new runs.
+    pub existing: bool,
+}
+
+/// Game names end up in URLs and keys: lower-case letters, digits, `-` and `_`.
+pub fn valid_game(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.starts_with(['-', '_'])
+}
+
+fn valid_version(v: &str) -> bool {
+    (1..=128).contains(&v.len())
+        && v
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'+'))
+}
+
+fn format_from_content_type(headers: &HeaderMap) -> ApiResult<PackageFormat> {
+    let value = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    match mime.as_str() {
+        "application/zip" | "application/x-zip-compressed" => Ok(PackageFormat::Zip),
+        "application/gzip" | "application/x-gzip" | "application/x-tar+gzip" | "application/tar+gzip" => {
+            Ok(PackageFormat::TarGz)
+        }
+        _ => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Content-Type {value:?} is not a package: send application/zip or application/gzip (tar.gz)"
+            ),
+        )),
+    }
+}
+
+/// Why the body stream stopped early.
+#[derive(Debug)]
+enum BodyStop {
+    TooLarge(u64),
+    Client(String),
+}
+
+impl std::fmt::Display for BodyStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLarge(limit) => write!(f, "package larger than the {limit}-byte limit"),
+            Self::Client(e) => write!(f, "upload interrupted: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BodyStop {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/games/{game}/builds",
+    params(("game" = String, Path, description = "Game name: a-z, 0-9, - and _"), UploadQuery,
+           ("Idempotency-Key" = Option<String>, Header, description = "Same key, same build")),
+    request_body(content = Vec<u8>, content_type = "application/zip", description = "The package (zip or tar.gz)"),
+    responses(
+        (status = 202, description = "Stored and queued", body = UploadResponse),
+        (status = 200, description = "These bytes were uploaded before: the existing build", body = UploadResponse),
+        (status = 400, description = "Body is not the declared format, or was cut short", body = crate::error::ErrorBody),
+        (status = 401, description = "No or unknown token", body = crate::error::ErrorBody),
+        (status = 403, description = "The game belongs to another team", body = crate::error::ErrorBody),
+        (status = 413, description = "Package over the size limit", body = crate::error::ErrorBody),
+        (status = 415, description = "Content-Type is not a package", body = crate::error::ErrorBody),
+        (status = 503, description = "Too many uploads at once, or storage down", body = crate::error::ErrorBody),
+    ),
+    security(("team_token" = []))
+)]
+pub async fn upload(
+    State(state): State<AppState>,
+    Team(team): Team,
+    Path(game): Path<String>,
+    Query(query): Query<UploadQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
+    if !valid_game(&game) {
+        return Err(ApiError::bad_request(
+            "game names are 1-64 characters of a-z, 0-9, - and _",
+        ));
+    }
+    if !valid_version(&query.version) {
+        return Err(ApiError::bad_request(
+            "version is 1-128 characters of A-Z, a-z, 0-9, ., -, _ and +",
+        ));
+    }
+    let format = format_from_content_type(&headers)?;
+    let limit = state.config.upload.max_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(too_large(limit));
+    }
+    let idempotency_key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if idempotency_key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 255) {
+        return Err(ApiError::bad_request("Idempotency-Key must be 1-255 characters"));
+    }
+
+    let owner = state.db.claim_game(&game, &team).await?;
+    if owner != team {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("game {game:?} belongs to another team"),
+        ));
+    }
+    if let Some(key) = &idempotency_key
+        && let Some(existing) = state.db.build_by_idempotency_key(&team, key).await?
+    {
+        return Ok((StatusCode::OK, Json(response(&state, &existing.id, &existing.status, true))));
+    }
+
+    let _slot = state.upload_slots.clone().try_acquire_owned().map_err(|_| {
+        ApiError::unavailable("too many uploads in progress; retry shortly")
+    })?;
+
+    // Look at the first bytes before storing anything: the format must be what was declared.
+    let mut stream = body.into_data_stream();
+    let mut head = Vec::new();
+    while head.len() < 4 {
+        match stream.next().await {
+            Some(Ok(chunk)) => head.extend_from_slice(&chunk),
+            Some(Err(e)) => return Err(ApiError::bad_request(format!("upload interrupted: {e}"))),
+            None => break,
+        }
+    }
+    match PackageFormat::sniff(&head) {
+        Some(found) if found == format => {}
+        Some(found) => {
+            return Err(ApiError::bad_request(format!(
+                "Content-Type says {format} but the body is a {found} package"
+            )));
+        }
+        None => {
+            return Err(ApiError::bad_request(format!(
+                "body is not a {format} package (its first bytes are not a {format} signature)"
+            )));
+        }
+    }
+
+    let build_id = uuid::Uuid::now_v7().to_string();
+    let package_key = keys::package_key(&build_id, format.extension());
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let head_chunk = futures::stream::once(async move { Ok::<_, axum::Error>(Bytes::from(head)) });
+    let counted = head_chunk.chain(stream).map(|chunk| {
+        let chunk = chunk.map_err(|e| std::io::Error::other(BodyStop::Client(e.to_string())))?;
+        size += chunk.len() as u64;
+        if size > limit {
+            return Err(std::io::Error::other(BodyStop::TooLarge(limit)));
+        }
+        hasher.update(&chunk);
+        metrics::UPLOAD_BYTES.inc_by(chunk.len() as u64);
+        Ok(chunk)
+    });
+    match state.storage.put_stream(&package_key, counted).await {
+        Ok(_) => {}
+        Err(StorageError::Source(e)) => {
+            let _ = state.storage.delete(&package_key).await;
+            return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<BodyStop>()) {
+                Some(BodyStop::TooLarge(limit)) => too_large(*limit),
+                _ => ApiError::bad_request(format!("upload interrupted: {e}")),
+            });
+        }
+        Err(e) => {
+            let _ = state.storage.delete(&package_key).await;
+            return Err(e.into());
+        }
+    }
+    let sha256 = hex::encode(hasher.finalize());
+
+    let inserted = state
+        .db
+        .insert_build(
+            NewBuild {
+                id: &build_id,
+                team_id: &team,
+                game: &game,
+                version: &query.version,
+                package_key: &package_key,
+                package_format: format.extension(),
+                package_sha256: &sha256,
+                package_size: size as i64,
+                idempotency_key: idempotency_key.as_deref(),
+            },
+            STAGES,
+        )
+        .await;
+    let build = match inserted {
+        Ok(Inserted::New(build)) => build,
+        Ok(Inserted::Existing(existing)) => {
+            // Same bytes for the same game and version: keep the first upload only.
+            let _ = state.storage.delete(&package_key).await;
+            return Ok((StatusCode::OK, Json(response(&state, &existing.id, &existing.status, true))));
+        }
+        Err(e) => {
+            let _ = state.storage.delete(&package_key).await;
+            return Err(e.into());
+        }
+    };
+    if let Err(e) = kiln_worker::job::enqueue(&state.db.queue, &build.id).await {
+        let reason = format!("could not queue the build: {e}");
+        let _ = state
+            .db
+            .set_build_status(&build.id, kiln_common::db::BuildStatus::Failed, Some(&reason))
+            .await;
+        return Err(ApiError::unavailable(reason));
+    }
+    tracing::info!(build_id = %build.id, %game, version = %query.version, bytes = size, %sha256, "package stored and queued");
+    Ok((StatusCode::ACCEPTED, Json(response(&state, &build.id, &build.status, false))))
+}
+
+fn too_large(limit: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("package larger than the {limit}-byte limit"),
+    )
+}
+
+fn response(state: &AppState, id: &str, status: &str, existing: bool) -> UploadResponse {
+    let base = state.config.public_url();
+    UploadResponse {
+        build_id: id.to_string(),
+        status: status.to_string(),
+        status_url: format!("{base}/v1/builds/{id}"),
+        events_url: format!("{base}/v1/builds/{id}/events"),
+        report_url: format!("{base}/v1/builds/{id}/report"),
+        existing,
+    }
+}

@@ -1,0 +1,309 @@
+//! Test harness: a real Kiln (HTTP on a free port) on either deployment, real packages.
+//!
+//! - `Deployment::Embedded`: SQLite file and local object directory in a temp dir.
+//! - `Deployment::Distributed`: a fresh PostgreSQL database per test and the S3-compatible
+//!   server that `.ci/run` starts (`KILN_TEST_PG_URL`, `KILN_TEST_S3_ENDPOINT`,
+//!   `KILN_TEST_S3_BUCKET`, AWS credentials in the environment).
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kiln_common::config::Config;
+use serde_json::Value;
+
+pub const ADMIN: &str = "test-admin-token";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Deployment {
+    Embedded,
+    Distributed,
+}
+
+pub struct Kiln {
+    pub running: Option<kiln_api::Running>,
+    pub url: String,
+    pub config: Config,
+    pub dir: tempfile::TempDir,
+    pub http: reqwest::Client,
+    pg_database: Option<String>,
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// The config for a deployment, in a fresh temp dir (and database, for PostgreSQL).
+pub async fn config_for(deployment: Deployment, dir: &Path) -> (Config, Option<String>) {
+    let mut config = Config {
+        data_dir: dir.join("data"),
+        bind: "127.0.0.1:0".into(),
+        admin_token: ADMIN.into(),
+        ..Config::default()
+    };
+    config.worker.heartbeat_secs = 1;
+    config.worker.concurrency = 2;
+    let mut database = None;
+    if deployment == Deployment::Distributed {
+        let admin_url = std::env::var("KILN_TEST_PG_URL")
+            .expect("KILN_TEST_PG_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres)");
+        let name = format!("kiln_test_{}", uuid::Uuid::new_v4().simple());
+        let conn = sqlx_admin(&admin_url).await;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&conn)
+            .await
+            .expect("create test database");
+        conn.close().await;
+        let base = admin_url.rsplit_once('/').unwrap().0;
+        config.database_url = format!("{base}/{name}");
+        config.storage.s3_bucket = std::env::var("KILN_TEST_S3_BUCKET").expect("KILN_TEST_S3_BUCKET");
+        config.storage.s3_endpoint =
+            std::env::var("KILN_TEST_S3_ENDPOINT").expect("KILN_TEST_S3_ENDPOINT");
+        config.storage.s3_region = std::env::var("KILN_TEST_S3_REGION").unwrap_or("garage".into());
+        config.storage.s3_path_style = true;
+        database = Some(name);
+    }
+    (config, database)
+}
+
+async fn sqlx_admin(url: &str) -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("connect to PostgreSQL admin database")
+}
+
+impl Kiln {
+    pub async fn start(deployment: Deployment) -> Self {
+        Self::start_with(deployment, |_| {}).await
+    }
+
+    pub async fn start_with(deployment: Deployment, tweak: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut config, pg_database) = config_for(deployment, dir.path()).await;
+        // Both deployments run one in-process worker here; the crash test runs its own.
+        config.worker.in_process = Some(1);
+        tweak(&mut config);
+        let running = kiln_api::start(config.clone()).await.expect("kiln starts");
+        let url = running.url();
+        config.public_url = url.clone();
+        Self {
+            running: Some(running),
+            url,
+            config,
+            dir,
+            http: reqwest::Client::builder()
+                .no_gzip()
+                .no_brotli()
+                .build()
+                .unwrap(),
+            pg_database,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await;
+        }
+        if let Some(name) = self.pg_database.take() {
+            let admin = sqlx_admin(&std::env::var("KILN_TEST_PG_URL").unwrap()).await;
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&admin)
+                .await;
+        }
+    }
+
+    /// A new team and its token.
+    pub async fn team(&self, name: &str) -> (String, String) {
+        let team: Value = self
+            .http
+            .post(format!("{}/v1/teams", self.url))
+            .bearer_auth(ADMIN)
+            .json(&serde_json::json!({ "name": format!("{name}-{}", uuid::Uuid::new_v4().simple()) }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = team["id"].as_str().expect("team id").to_string();
+        let token: Value = self
+            .http
+            .post(format!("{}/v1/teams/{id}/tokens", self.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (id, token["token"].as_str().unwrap().to_string())
+    }
+
+    pub async fn upload(
+        &self,
+        token: &str,
+        game: &str,
+        version: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}/v1/games/{game}/builds?version={version}", self.url))
+            .bearer_auth(token)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get_json(&self, token: &str, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls the build until it is published or failed.
+    pub async fn wait_for_build(&self, token: &str, build_id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (code, status) = self.get_json(token, &format!("/v1/builds/{build_id}")).await;
+            assert_eq!(code, 200, "{status}");
+            if matches!(status["status"].as_str(), Some("published" | "failed")) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "build {build_id} never finished: {status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Whether the uploaded package of a build is still in the object store.
+    pub async fn package_kept(&self, build_id: &str, ext: &str) -> bool {
+        let storage = &self.running.as_ref().unwrap().state.storage;
+        storage
+            .head(&kiln_common::keys::package_key(build_id, ext))
+            .await
+            .unwrap()
+            .is_some()
+    }
+}
+
+/// The sample game (three.js installed from npm by its `npm install`), zipped.
+pub fn sample_package() -> Vec<u8> {
+    let dir = repo_root().join("examples/sample-game");
+    ensure_npm_install(&dir);
+    kiln_api::demo::package_dir(&dir).expect("package sample game")
+}
+
+/// Runs `npm install` once in `dir` if its vendor/ folder is missing.
+pub fn ensure_npm_install(dir: &Path) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap();
+    if dir.join("vendor/three.module.min.js").exists() {
+        return;
+    }
+    let status = std::process::Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(dir)
+        .status()
+        .expect("npm is needed to install the sample game's engine");
+    assert!(status.success(), "npm install failed in {}", dir.display());
+}
+
+/// A zip built entry by entry, including entries no honest tool would write.
+pub fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, data) in entries {
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(data).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+pub fn zip_with_symlink() -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    zip.start_file("index.html", options).unwrap();
+    zip.write_all(b"<html></html>").unwrap();
+    zip.add_symlink("evil", "/etc/passwd", options).unwrap();
+    zip.finish().unwrap().into_inner()
+}
+
+pub enum TarEntry<'a> {
+    File(&'a str, &'a [u8]),
+    /// A path written raw into the header (bypassing the tar crate's own checks).
+    RawFile(&'a [u8], &'a [u8]),
+    Symlink(&'a str, &'a str),
+    HardLink(&'a str, &'a str),
+    Fifo(&'a str),
+}
+
+pub fn tar_gz_with(entries: &[TarEntry<'_>]) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut builder = tar::Builder::new(gz);
+    for entry in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        match entry {
+            TarEntry::File(path, data) => {
+                header.set_size(data.len() as u64);
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_path(path).unwrap();
+                header.set_cksum();
+                builder.append(&header, *data).unwrap();
+            }
+            TarEntry::RawFile(path, data) => {
+                header.set_size(data.len() as u64);
+                header.set_entry_type(tar::EntryType::Regular);
+                let name = &mut header.as_old_mut().name;
+                name[..path.len()].copy_from_slice(path);
+                header.set_cksum();
+                builder.append(&header, *data).unwrap();
+            }
+            TarEntry::Symlink(path, target) | TarEntry::HardLink(path, target) => {
+                header.set_size(0);
+                header.set_entry_type(if matches!(entry, TarEntry::Symlink(..)) {
+                    tar::EntryType::Symlink
+                } else {
+                    tar::EntryType::Link
+                });
+                header.set_path(path).unwrap();
+                header.set_link_name(target).unwrap();
+                header.set_cksum();
+                builder.append(&header, &[][..]).unwrap();
+            }
+            TarEntry::Fifo(path) => {
+                header.set_size(0);
+                header.set_entry_type(tar::EntryType::Fifo);
+                header.set_path(path).unwrap();
+                header.set_cksum();
+                builder.append(&header, &[][..]).unwrap();
+            }
+        }
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// The distributed tests need these; `.ci/run` sets them.
+pub fn distributed_available() -> bool {
+    std::env::var("KILN_TEST_PG_URL").is_ok() && std::env::var("KILN_TEST_S3_ENDPOINT").is_ok()
+}

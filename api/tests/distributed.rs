@@ -1,0 +1,49 @@
+//! The distributed deployment: PostgreSQL and a real S3-compatible server (Garage), started by
+//! `.ci/run`. Ignored by default; `.ci/run` runs them with `--include-ignored`.
+
+mod common;
+mod scenarios;
+
+use common::Deployment::Distributed;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn upload_publishes_a_verified_manifest() {
+    scenarios::upload_publishes_a_verified_manifest(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn reupload_returns_the_existing_build() {
+    scenarios::reupload_returns_the_existing_build(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn teams_are_isolated() {
+    scenarios::teams_are_isolated(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn bad_packages_get_clear_errors() {
+    scenarios::bad_packages_get_clear_errors(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn cdn_serves_with_cache_headers() {
+    scenarios::cdn_serves_with_cache_headers(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn operations_endpoints() {
+    scenarios::operations_endpoints(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn killed_worker_still_publishes_once() {
+    scenarios::killed_worker_still_publishes_once(Distributed).await;
+}

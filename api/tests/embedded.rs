@@ -1,0 +1,41 @@
+//! The embedded deployment (SQLite, local object directory, in-process worker) over real HTTP.
+
+mod common;
+mod scenarios;
+
+use common::Deployment::Embedded;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upload_publishes_a_verified_manifest() {
+    scenarios::upload_publishes_a_verified_manifest(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reupload_returns_the_existing_build() {
+    scenarios::reupload_returns_the_existing_build(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn teams_are_isolated() {
+    scenarios::teams_are_isolated(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_packages_get_clear_errors() {
+    scenarios::bad_packages_get_clear_errors(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cdn_serves_with_cache_headers() {
+    scenarios::cdn_serves_with_cache_headers(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operations_endpoints() {
+    scenarios::operations_endpoints(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_worker_still_publishes_once() {
+    scenarios::killed_worker_still_publishes_once(Embedded).await;
+}

@@ -1,0 +1,644 @@
+//! Scenarios every deployment must pass; `embedded.rs` and `distributed.rs` run them.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use kiln_common::signing::{Jwk, ManifestSignature};
+use serde_json::Value;
+
+use crate::common::*;
+
+/// Upload → published → manifest verifies against /v1/keys → every file fetches with its hash.
+pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token) = kiln.team("publish").await;
+    let package = sample_package();
+    let (code, accepted) = kiln
+        .upload(&token, "sample-game", "1.0.0", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    for field in ["build_id", "status", "status_url", "events_url"] {
+        assert!(accepted[field].is_string(), "{field} missing in {accepted}");
+    }
+    assert_eq!(accepted["status"], "queued");
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+
+    // The event stream reports progress and ends with the published status.
+    let events = kiln
+        .http
+        .get(accepted["events_url"].as_str().unwrap())
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let text = tokio::time::timeout(Duration::from_secs(120), events.text())
+        .await
+        .expect("event stream ends when the build does")
+        .unwrap();
+    let statuses: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let last = statuses.last().expect("at least one status event");
+    assert_eq!(last["status"], "published", "{text}");
+    assert_eq!(last["progress"], 1.0);
+
+    let status = kiln.wait_for_build(&token, &id).await;
+    assert_eq!(status["status"], "published", "{status}");
+    let stages: Vec<&str> = status["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["unpack", "inventory", "encode", "sign", "publish"]);
+    for stage in status["stages"].as_array().unwrap() {
+        assert_eq!(stage["status"], "succeeded", "{stage}");
+        assert!(stage["started_at"].is_string() && stage["finished_at"].is_string());
+    }
+    assert_eq!(status["package"]["sha256"], sha256_hex(&package));
+
+    // The manifest's exact bytes verify against a key from /v1/keys.
+    let manifest = kiln
+        .http
+        .get(format!("{}/v1/games/sample-game/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(manifest.status(), 200);
+    let cache = manifest.headers()["cache-control"].to_str().unwrap().to_string();
+    let max_age: u64 = cache
+        .split(',')
+        .find_map(|p| p.trim().strip_prefix("max-age="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(max_age <= 60, "{cache}");
+    let signature = ManifestSignature::parse_header(
+        manifest.headers()["kiln-signature"].to_str().unwrap(),
+    )
+    .expect("Kiln-Signature: keyid=…, sig=…");
+    let bytes = manifest.bytes().await.unwrap();
+    let jwks: Value = kiln
+        .http
+        .get(format!("{}/v1/keys", kiln.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<Jwk> = serde_json::from_value(jwks["keys"].clone()).unwrap();
+    let key = keys.iter().find(|k| k.kid == signature.kid).expect("signing key listed");
+    assert_eq!((key.kty.as_str(), key.crv.as_str()), ("OKP", "Ed25519"));
+    assert!(key.verify(&bytes, &signature), "signature verifies");
+    let mut tampered = bytes.to_vec();
+    tampered[10] ^= 1;
+    assert!(!key.verify(&tampered, &signature), "a changed byte fails verification");
+    // No private material anywhere in the JWKS.
+    assert!(jwks["keys"].as_array().unwrap().iter().all(|k| k.get("d").is_none()));
+
+    let manifest: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(manifest["game"], "sample-game");
+    assert_eq!(manifest["version"], "1.0.0");
+    assert_eq!(manifest["build_id"], id.as_str());
+    let files = manifest["files"].as_array().unwrap();
+    let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    for expected in ["index.html", "game.js", "assets/Fox.glb", "vendor/three.module.min.js"] {
+        assert!(paths.contains(&expected), "{expected} in {paths:?}");
+    }
+    let mut saw_brotli = false;
+    for file in files {
+        let url = file["url"].as_str().unwrap();
+        let body = kiln.http.get(url).send().await.unwrap();
+        assert_eq!(body.status(), 200, "{url}");
+        assert_eq!(
+            body.headers()["content-type"].to_str().unwrap(),
+            file["content_type"].as_str().unwrap()
+        );
+        let body = body.bytes().await.unwrap();
+        assert_eq!(sha256_hex(&body), file["sha256"].as_str().unwrap(), "{url}");
+        assert_eq!(body.len() as u64, file["size"].as_u64().unwrap());
+        for form in file["encodings"].as_array().unwrap() {
+            let encoding = form["encoding"].as_str().unwrap();
+            let response = kiln
+                .http
+                .get(url)
+                .header("accept-encoding", if encoding == "br" { "br" } else { "gzip" })
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.headers()["content-encoding"], encoding);
+            let compressed = response.bytes().await.unwrap();
+            assert!((compressed.len() as u64) < file["size"].as_u64().unwrap());
+            let mut decoded = Vec::new();
+            if encoding == "br" {
+                saw_brotli = true;
+                brotli::Decompressor::new(&compressed[..], 4096)
+                    .read_to_end(&mut decoded)
+                    .unwrap();
+            } else {
+                flate2::read::GzDecoder::new(&compressed[..])
+                    .read_to_end(&mut decoded)
+                    .unwrap();
+            }
+            assert_eq!(sha256_hex(&decoded), file["sha256"].as_str().unwrap());
+        }
+    }
+    assert!(saw_brotli, "text files get a brotli form");
+
+    // The report lists every file with bytes before and after.
+    let (code, report) = kiln.get_json(&token, &format!("/v1/builds/{id}/report")).await;
+    assert_eq!(code, 200);
+    let reported = report["files"].as_array().unwrap();
+    assert_eq!(reported.len(), files.len());
+    let fox = reported.iter().find(|f| f["path"] == "assets/Fox.glb").unwrap();
+    assert_eq!(fox["kind"], "glb");
+    assert!(fox["bytes_before"].as_u64().unwrap() > 100_000);
+    assert!(fox["bytes_after"].is_u64());
+    assert!(kiln.package_kept(&id, "zip").await, "the original upload is kept");
+
+    // The game runs from the live build under its own paths.
+    let page = kiln
+        .http
+        .get(format!("{}/play/sample-game/", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("game.js"));
+    kiln.stop().await;
+}
+
+/// Identical bytes for the same game and version are one build; so is a reused key.
+pub async fn reupload_returns_the_existing_build(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token) = kiln.team("idem").await;
+    let package = zip_with(&[("index.html", b"<html>idempotent</html>")]);
+    let (code, first) = kiln
+        .upload(&token, "idem-game", "2.0", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 202, "{first}");
+    let (code, second) = kiln
+        .upload(&token, "idem-game", "2.0", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 200, "{second}");
+    assert_eq!(second["build_id"], first["build_id"]);
+    assert_eq!(second["existing"], true);
+    // Another version of the same bytes is a new build.
+    let (code, third) = kiln
+        .upload(&token, "idem-game", "2.1", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 202, "{third}");
+    assert_ne!(third["build_id"], first["build_id"]);
+
+    // Idempotency-Key: a CI retry of the same request gets the same build, even if the
+    // body differs (the key wins, as in Stripe's convention).
+    let send = |body: Vec<u8>| {
+        kiln.http
+            .post(format!("{}/v1/games/idem-game/builds?version=3.0", kiln.url))
+            .bearer_auth(&token)
+            .header("content-type", "application/zip")
+            .header("idempotency-key", "ci-run-42")
+            .body(body)
+            .send()
+    };
+    let a: Value = send(zip_with(&[("a.html", b"a")])).await.unwrap().json().await.unwrap();
+    let retry = send(zip_with(&[("b.html", b"b")])).await.unwrap();
+    assert_eq!(retry.status(), 200);
+    let b: Value = retry.json().await.unwrap();
+    assert_eq!(a["build_id"], b["build_id"]);
+
+    let first_id = first["build_id"].as_str().unwrap();
+    let done = kiln.wait_for_build(&token, first_id).await;
+    assert_eq!(done["status"], "published", "{done}");
+    // Published once: uploading the bytes again still does not process them again.
+    let (code, again) = kiln
+        .upload(&token, "idem-game", "2.0", "application/zip", package)
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(again["status"], "published");
+    kiln.stop().await;
+}
+
+/// A team sees only its own builds and games.
+pub async fn teams_are_isolated(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, alice) = kiln.team("alice").await;
+    let (_, bob) = kiln.team("bob").await;
+    let package = zip_with(&[("index.html", b"<html>alice</html>")]);
+    let (code, build) = kiln
+        .upload(&alice, "alice-game", "1", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 202);
+    let id = build["build_id"].as_str().unwrap();
+    for path in [
+        format!("/v1/builds/{id}"),
+        format!("/v1/builds/{id}/report"),
+        format!("/v1/builds/{id}/events"),
+    ] {
+        let (code, body) = kiln.get_json(&bob, &path).await;
+        assert_eq!(code, 404, "bob reads {path}: {body}");
+    }
+    let (code, body) = kiln
+        .upload(&bob, "alice-game", "1", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 403, "bob uploads to alice's game: {body}");
+    let (code, _) = kiln.get_json("kiln_not_a_token", &format!("/v1/builds/{id}")).await;
+    assert_eq!(code, 401);
+    let anonymous = kiln
+        .http
+        .post(format!("{}/v1/games/x/builds?version=1", kiln.url))
+        .header("content-type", "application/zip")
+        .body(package)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    // Teams and tokens need the admin token.
+    let forged = kiln
+        .http
+        .post(format!("{}/v1/teams", kiln.url))
+        .bearer_auth(&alice)
+        .json(&serde_json::json!({"name": "mallory"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    kiln.wait_for_build(&alice, id).await;
+    kiln.stop().await;
+}
+
+/// What each bad package gets: an HTTP error at upload, or a failed build naming the entry.
+pub async fn bad_packages_get_clear_errors(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.unpack.max_entries = 50;
+        c.unpack.max_total_bytes = 64 * 1024 * 1024;
+        c.upload.max_bytes = 8 * 1024 * 1024;
+    })
+    .await;
+    let (_, token) = kiln.team("bad").await;
+
+    // Refused at upload, before anything is stored.
+    let (code, body) = kiln.upload(&token, "bad", "1", "text/plain", b"hello".to_vec()).await;
+    assert_eq!(code, 415, "{body}");
+    let (code, body) = kiln
+        .upload(&token, "bad", "1", "application/zip", b"this is not a zip".to_vec())
+        .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("not a zip"), "{body}");
+    let (code, body) = kiln
+        .upload(&token, "bad", "1", "application/gzip", zip_with(&[("a", b"a")]))
+        .await;
+    assert_eq!(code, 400, "zip declared as gzip: {body}");
+    let (code, body) = kiln
+        .upload(&token, "bad", "1", "application/zip", vec![b'P'; 9 * 1024 * 1024])
+        .await;
+    assert_eq!(code, 413, "{body}");
+    let (code, body) = kiln
+        .upload(&token, "Bad Name", "1", "application/zip", zip_with(&[("a", b"a")]))
+        .await;
+    assert_eq!(code, 400, "{body}");
+
+    // Accepted (the API can't tell), then failed with the entry and the reason.
+    let sentinel = kiln.dir.path().join("escaped.txt");
+    let many: Vec<(String, Vec<u8>)> = (0..60).map(|i| (format!("f{i}.txt"), vec![b'x'])).collect();
+    let many_refs: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+    let zeros = vec![0u8; 40 * 1024 * 1024];
+    let valid = zip_with(&[("index.html", b"<html>ok</html>"), ("game.js", b"1")]);
+    let truncated = valid[..valid.len() - 30].to_vec();
+    let mut corrupt = valid.clone();
+    let mid = corrupt.len() / 3;
+    corrupt[mid..mid + 8].copy_from_slice(b"GARBAGE!");
+    let traversal_path = format!("../../../../../../../{}", sentinel.display());
+    let cases: Vec<(&str, &str, Vec<u8>, &str)> = vec![
+        ("traversal", "application/zip", zip_with(&[("ok.html", b"1"), (traversal_path.as_str(), b"pwned")]), "parent directory"),
+        ("absolute", "application/zip", zip_with(&[(sentinel.to_str().unwrap(), b"pwned")]), "absolute path"),
+        ("drive letter", "application/zip", zip_with(&[("C:/windows/evil.dll", b"x")]), "drive letter"),
+        ("backslash", "application/zip", zip_with(&[("..\\..\\evil.js", b"x")]), "backslash"),
+        ("zip symlink", "application/zip", zip_with_symlink(), "links are not allowed"),
+        ("duplicate", "application/zip", zip_with(&[("a.js", b"1"), ("a.js", b"2")]), "duplicate"),
+        ("alias duplicate", "application/zip", zip_with(&[("js/a.js", b"1"), ("js//a.js", b"2")]), "duplicate"),
+        ("too many entries", "application/zip", zip_with(&many_refs), "more than 50 entries"),
+        ("too many bytes", "application/zip", zip_with(&[("a.bin", &zeros), ("b.bin", &zeros)]), "expands beyond"),
+        ("bomb ratio", "application/zip", zip_with(&[("zeros.bin", &zeros)]), "decompression bomb"),
+        ("truncated zip", "application/zip", truncated, "corrupt or truncated zip"),
+        ("corrupt zip", "application/zip", corrupt, "corrupt or truncated zip"),
+        ("tar symlink", "application/gzip", tar_gz_with(&[TarEntry::File("index.html", b"1"), TarEntry::Symlink("evil", "/etc/passwd")]), "links are not allowed"),
+        ("tar hard link", "application/gzip", tar_gz_with(&[TarEntry::File("index.html", b"1"), TarEntry::HardLink("evil", "/etc/passwd")]), "links are not allowed"),
+        ("tar fifo", "application/gzip", tar_gz_with(&[TarEntry::Fifo("pipe")]), "unsupported entry type"),
+        ("tar traversal", "application/gzip", tar_gz_with(&[TarEntry::RawFile(b"../../escaped.txt", b"pwned")]), "parent directory"),
+        ("tar truncated", "application/gzip", {
+            let t = tar_gz_with(&[TarEntry::File("index.html", &[7u8; 100_000])]);
+            t[..t.len() / 2].to_vec()
+        }, "corrupt or truncated tar.gz"),
+        ("empty", "application/zip", zip_with(&[]), "package is empty"),
+    ];
+    let mut builds = Vec::new();
+    for (n, (name, content_type, body, _)) in cases.iter().enumerate() {
+        let (code, accepted) = kiln
+            .upload(&token, "bad", &format!("case-{n}"), content_type, body.clone())
+            .await;
+        assert_eq!(code, 202, "{name}: {accepted}");
+        builds.push(accepted["build_id"].as_str().unwrap().to_string());
+    }
+    for ((name, content_type, _, reason), id) in cases.iter().zip(&builds) {
+        let status = kiln.wait_for_build(&token, id).await;
+        assert_eq!(status["status"], "failed", "{name}: {status}");
+        let error = status["error"].as_str().unwrap_or("");
+        assert!(error.contains(reason), "{name}: expected {reason:?} in {error:?}");
+        let unpack = &status["stages"][0];
+        assert_eq!(unpack["name"], "unpack");
+        assert_eq!(unpack["status"], "failed", "{name}: {unpack}");
+        let (code, report) = kiln.get_json(&token, &format!("/v1/builds/{id}/report")).await;
+        assert_eq!(code, 200, "{name}");
+        assert_eq!(report["error"]["stage"], "unpack", "{name}: {report}");
+        let ext = if *content_type == "application/zip" { "zip" } else { "tar.gz" };
+        assert!(kiln.package_kept(id, ext).await, "{name}: the original upload is kept");
+    }
+    assert!(!sentinel.exists(), "nothing is written outside the work directory");
+    assert!(!kiln.dir.path().join("escaped.txt").exists());
+    // A bad package never leaves a manifest behind.
+    let manifest = kiln
+        .http
+        .get(format!("{}/v1/games/bad/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(manifest.status(), 404);
+    // And the server is still healthy.
+    let health = kiln.http.get(format!("{}/healthz", kiln.url)).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    kiln.stop().await;
+}
+
+/// The CDN origin's headers: immutable caching, strong ETags, 304, ranges, encodings.
+pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token) = kiln.team("cdn").await;
+    let script = "export function tick(t) { return Math.sin(t) * 42; }\n".repeat(400);
+    let package = zip_with(&[("index.html", b"<html>cdn</html>"), ("main.js", script.as_bytes())]);
+    let (_, accepted) = kiln
+        .upload(&token, "cdn-game", "1", "application/zip", package)
+        .await;
+    let status = kiln
+        .wait_for_build(&token, accepted["build_id"].as_str().unwrap())
+        .await;
+    assert_eq!(status["status"], "published", "{status}");
+    let manifest: Value = kiln
+        .http
+        .get(format!("{}/v1/games/cdn-game/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let file = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "main.js")
+        .unwrap()
+        .clone();
+    let url = file["url"].as_str().unwrap().to_string();
+    let size = file["size"].as_u64().unwrap();
+
+    let full = kiln.http.get(&url).send().await.unwrap();
+    assert_eq!(full.status(), 200);
+    let h = full.headers().clone();
+    assert_eq!(h["cache-control"], "public, max-age=31536000, immutable");
+    assert_eq!(h["content-type"], "text/javascript; charset=utf-8");
+    assert_eq!(h["accept-ranges"], "bytes");
+    assert_eq!(h["content-length"], size.to_string().as_str());
+    assert!(h.get("content-encoding").is_none(), "identity without Accept-Encoding");
+    let etag = h["etag"].to_str().unwrap().to_string();
+    assert_eq!(etag, format!("\"{}\"", file["sha256"].as_str().unwrap()), "strong ETag");
+    let body = full.bytes().await.unwrap();
+
+    let not_modified = kiln
+        .http
+        .get(&url)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_modified.status(), 304);
+    assert_eq!(not_modified.headers()["etag"], etag.as_str());
+
+    let partial = kiln
+        .http
+        .get(&url)
+        .header("range", "bytes=10-99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(partial.status(), 206);
+    assert_eq!(partial.headers()["content-range"], format!("bytes 10-99/{size}").as_str());
+    assert_eq!(&partial.bytes().await.unwrap()[..], &body[10..100]);
+    let suffix = kiln.http.get(&url).header("range", "bytes=-5").send().await.unwrap();
+    assert_eq!(suffix.status(), 206);
+    assert_eq!(&suffix.bytes().await.unwrap()[..], &body[body.len() - 5..]);
+    let unsatisfiable = kiln
+        .http
+        .get(&url)
+        .header("range", format!("bytes={}-", size + 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsatisfiable.status(), 416);
+    assert_eq!(unsatisfiable.headers()["content-range"], format!("bytes */{size}").as_str());
+
+    let br = kiln
+        .http
+        .get(&url)
+        .header("accept-encoding", "gzip, deflate, br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(br.headers()["content-encoding"], "br");
+    assert_eq!(br.headers()["vary"], "Accept-Encoding");
+    let br_etag = br.headers()["etag"].to_str().unwrap().to_string();
+    assert_ne!(br_etag, etag, "each encoding has its own ETag");
+    let gz = kiln
+        .http
+        .get(&url)
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gz.headers()["content-encoding"], "gzip");
+    let identity = kiln
+        .http
+        .get(&url)
+        .header("accept-encoding", "identity")
+        .send()
+        .await
+        .unwrap();
+    assert!(identity.headers().get("content-encoding").is_none());
+    let head = kiln.http.head(&url).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-length"], size.to_string().as_str());
+
+    // Nothing but published objects: no packages, no path tricks.
+    for bad in [
+        format!("{}/cdn/packages/{}.zip", kiln.url, accepted["build_id"].as_str().unwrap()),
+        format!("{}/cdn/files/../packages/x.zip", kiln.url),
+        format!("{}/cdn/files/%2e%2e/%2e%2e/etc/passwd", kiln.url),
+        format!("{}/cdn/files/00/nothing.js", kiln.url),
+    ] {
+        let response = kiln.http.get(&bad).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{bad}");
+    }
+    kiln.stop().await;
+}
+
+/// Health, readiness, metrics and the OpenAPI document.
+pub async fn operations_endpoints(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let get = |path: &str| kiln.http.get(format!("{}{path}", kiln.url)).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), 200);
+    let ready = get("/readyz").await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["database"], "ok");
+    assert_eq!(ready["storage"], "ok");
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    for name in [
+        "kiln_http_requests_total",
+        "kiln_http_request_duration_seconds_bucket",
+        "kiln_upload_bytes_total",
+        "kiln_builds{status=\"queued\"}",
+        "kiln_queue_depth",
+    ] {
+        assert!(metrics.contains(name), "{name} in /metrics");
+    }
+    let openapi: Value = get("/v1/openapi.json").await.unwrap().json().await.unwrap();
+    assert!(openapi["openapi"].as_str().unwrap().starts_with("3."));
+    for path in ["/v1/games/{game}/builds", "/v1/builds/{id}", "/v1/keys", "/cdn/{key}"] {
+        assert!(openapi["paths"].get(path).is_some(), "{path} documented");
+    }
+    kiln.stop().await;
+}
+
+/// A worker process killed (SIGKILL) mid-job: the job is picked up again and the build
+/// publishes exactly one manifest, with outputs identical to an uninterrupted run.
+pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.worker.in_process = Some(0);
+    })
+    .await;
+    let (_, token) = kiln.team("crash").await;
+    let package = sample_package();
+    let key_file = kiln.dir.path().join("signing.key");
+    let spawn_worker = |pause_ms: u64| {
+        let mut cmd = std::process::Command::new(worker_binary());
+        cmd.arg("run")
+            .env("KILN_DATA_DIR", &kiln.config.data_dir)
+            .env("KILN_DATABASE_URL", kiln.config.database_url())
+            .env("KILN_PUBLIC_URL", &kiln.url)
+            .env("KILN_SIGNING_KEY_FILE", &key_file)
+            .env("KILN_WORK_DIR", kiln.dir.path().join(format!("work-{pause_ms}")))
+            .env("KILN_WORKER_HEARTBEAT_SECS", "1")
+            .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null());
+        if !kiln.config.storage.s3_bucket.is_empty() {
+            cmd.env("KILN_S3_BUCKET", &kiln.config.storage.s3_bucket)
+                .env("KILN_S3_ENDPOINT", &kiln.config.storage.s3_endpoint)
+                .env("KILN_S3_REGION", &kiln.config.storage.s3_region);
+        }
+        cmd.spawn().expect("start kiln-worker")
+    };
+
+    let mut first = spawn_worker(1500);
+    let (code, accepted) = kiln
+        .upload(&token, "crash-game", "1", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    // Kill it once it is inside the pipeline (a stage has started).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
+        let started = status["stages"]
+            .as_array()
+            .map(|s| s.iter().any(|s| s["status"] == "running" || s["status"] == "succeeded"))
+            .unwrap_or(false);
+        if status["status"] == "processing" && started {
+            break;
+        }
+        assert!(Instant::now() < deadline, "worker never started the job: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.kill().expect("SIGKILL the worker");
+    first.wait().unwrap();
+    let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
+    assert_eq!(status["status"], "processing", "killed mid-job: {status}");
+
+    let mut second = spawn_worker(0);
+    let status = kiln.wait_for_build(&token, &id).await;
+    second.kill().ok();
+    second.wait().ok();
+    assert_eq!(status["status"], "published", "{status}");
+
+    // Exactly one manifest for the build.
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    assert_eq!(db.manifests_for_build(&id).await.unwrap().len(), 1);
+
+    // Outputs identical to an uninterrupted run of the same package with the same key.
+    let out = kiln.dir.path().join("reference");
+    let package_file = kiln.dir.path().join("sample.zip");
+    std::fs::write(&package_file, &package).unwrap();
+    let reference = std::process::Command::new(worker_binary())
+        .args(["process", package_file.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(["--key", key_file.to_str().unwrap()])
+        .env("KILN_DATA_DIR", kiln.dir.path().join("cli-data"))
+        .output()
+        .unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let reference: Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let published: Value = kiln
+        .http
+        .get(format!("{}/v1/games/crash-game/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let strip = |m: &Value| -> Vec<Value> {
+        m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let mut f = f.clone();
+                f.as_object_mut().unwrap().remove("url");
+                f
+            })
+            .collect()
+    };
+    assert_eq!(strip(&published), strip(&reference), "same objects as an uninterrupted run");
+    for file in published["files"].as_array().unwrap() {
+        let body = kiln.http.get(file["url"].as_str().unwrap()).send().await.unwrap();
+        assert_eq!(sha256_hex(&body.bytes().await.unwrap()), file["sha256"].as_str().unwrap());
+    }
+    kiln.stop().await;
+}
+
+/// The `kiln-worker` binary beside this test's binary (built by `cargo test --workspace`).
+pub fn worker_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let binary = dir.join("kiln-worker");
+    assert!(
+        binary.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (it builds kiln-worker)",
+        binary.display()
+    );
+    binary
+}

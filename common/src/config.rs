@@ -1,0 +1,345 @@
+//! Configuration: environment variables (`KILN_*`) over an optional TOML file over defaults.
+//!
+//! `Config::default()` is the only place defaults live; the README's table is written from it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Everything a Kiln process needs to know at start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Root of the embedded defaults: SQLite file, local object store, work dirs, dev key.
+    pub data_dir: PathBuf,
+    /// Address the API listens on.
+    pub bind: String,
+    /// Base URL clients use to reach this API; written into manifests as the CDN URL prefix.
+    pub public_url: String,
+    /// `sqlite://…` or `postgres://…`; empty means `sqlite://{data_dir}/kiln.db`.
+    pub database_url: String,
+    /// Token that may create teams and team tokens. Empty disables the admin routes.
+    pub admin_token: String,
+    /// Object store: a local directory unless `s3_bucket` is set.
+    pub storage: StorageConfig,
+    pub upload: UploadLimits,
+    pub unpack: UnpackLimits,
+    pub worker: WorkerConfig,
+    /// Ed25519 signing key file (32-byte seed, hex). Empty: `{data_dir}/keys/signing.key`,
+    /// generated on first start.
+    pub signing_key_file: String,
+    /// Emit logs as JSON lines instead of human-readable text.
+    pub log_json: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Local object store directory; empty means `{data_dir}/objects`.
+    pub local_dir: String,
+    /// When set, use this S3 bucket instead of the local directory.
+    pub s3_bucket: String,
+    /// Custom S3 endpoint (Garage, MinIO, …); empty uses AWS.
+    pub s3_endpoint: String,
+    pub s3_region: String,
+    /// Path-style addressing (`endpoint/bucket/key`), needed by most self-hosted stores.
+    pub s3_path_style: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UploadLimits {
+    /// Largest accepted package body; larger ones get `413`.
+    pub max_bytes: u64,
+    /// Uploads in flight at once; more get `503` with `Retry-After`.
+    pub max_concurrent: usize,
+    /// Whole-request timeout for an upload, in seconds.
+    pub timeout_secs: u64,
+    /// Timeout for every other request, in seconds.
+    pub request_timeout_secs: u64,
+}
+
+/// Limits the unpack stage enforces; each one stops a class of hostile package.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct UnpackLimits {
+    /// Entry count (zip bomb by many tiny files, inode exhaustion).
+    pub max_entries: u64,
+    /// Sum of uncompressed sizes (disk exhaustion).
+    pub max_total_bytes: u64,
+    /// Uncompressed/compressed ratio over the whole archive (classic compression bombs).
+    pub max_ratio: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Workers the API runs in-process. Default: 1 with the embedded database, 0 with PostgreSQL.
+    pub in_process: Option<usize>,
+    /// Jobs one worker process runs at once.
+    pub concurrency: usize,
+    /// Where jobs unpack and process packages; empty means `{data_dir}/work`.
+    pub work_dir: String,
+    /// Heartbeat period; a worker silent for two periods is dead and its job is re-queued.
+    pub heartbeat_secs: u64,
+    /// Attempts for a transient storage/database error before the build fails.
+    pub transient_retries: u32,
+    /// Pause between stages, in milliseconds. Only for crash-recovery tests and demos.
+    pub stage_pause_ms: u64,
+    /// Address for the standalone worker's `/metrics`; empty disables it.
+    pub metrics_bind: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./kiln-data"),
+            bind: "127.0.0.1:8080".into(),
+            public_url: String::new(),
+            database_url: String::new(),
+            admin_token: String::new(),
+            storage: StorageConfig::default(),
+            upload: UploadLimits::default(),
+            unpack: UnpackLimits::default(),
+            worker: WorkerConfig::default(),
+            signing_key_file: String::new(),
+            log_json: false,
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            local_dir: String::new(),
+            s3_bucket: String::new(),
+            s3_endpoint: String::new(),
+            s3_region: "us-east-1".into(),
+            s3_path_style: true,
+        }
+    }
+}
+
+impl Default for UploadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 4 * 1024 * 1024 * 1024,
+            max_concurrent: 8,
+            timeout_secs: 3600,
+            request_timeout_secs: 30,
+        }
+    }
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        Self {
+            max_entries: 100_000,
+            max_total_bytes: 4 * 1024 * 1024 * 1024,
+            max_ratio: 200,
+        }
+    }
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            in_process: None,
+            concurrency: 2,
+            work_dir: String::new(),
+            heartbeat_secs: 10,
+            transient_retries: 5,
+            stage_pause_ms: 0,
+            metrics_bind: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("environment variable {name}={value:?}: {reason}")]
+    Env { name: String, value: String, reason: String },
+}
+
+impl Config {
+    /// Defaults, then the TOML file named by `KILN_CONFIG` (if any), then `KILN_*` variables.
+    pub fn load() -> Result<Self, ConfigError> {
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Self::load_from(&vars)
+    }
+
+    pub fn load_from(vars: &[(String, String)]) -> Result<Self, ConfigError> {
+        let get = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let mut config = match get("KILN_CONFIG") {
+            Some(path) if !path.is_empty() => Self::from_file(Path::new(&path))?,
+            _ => Self::default(),
+        };
+        for (name, value) in vars {
+            if name.starts_with("KILN_") && name != "KILN_CONFIG" {
+                config.apply_env(name, value)?;
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    fn apply_env(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |reason: &str| ConfigError::Env {
+            name: name.into(),
+            value: value.into(),
+            reason: reason.into(),
+        };
+        let num = || value.parse::<u64>().map_err(|_| bad("expected a whole number"));
+        let flag = || match value {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" | "" => Ok(false),
+            _ => Err(bad("expected true or false")),
+        };
+        match name {
+            "KILN_DATA_DIR" => self.data_dir = PathBuf::from(value),
+            "KILN_BIND" => self.bind = value.into(),
+            "KILN_PUBLIC_URL" => self.public_url = value.trim_end_matches('/').into(),
+            "KILN_DATABASE_URL" => self.database_url = value.into(),
+            "KILN_ADMIN_TOKEN" => self.admin_token = value.into(),
+            "KILN_SIGNING_KEY_FILE" => self.signing_key_file = value.into(),
+            "KILN_LOG_JSON" => self.log_json = flag()?,
+            "KILN_STORAGE_DIR" => self.storage.local_dir = value.into(),
+            "KILN_S3_BUCKET" => self.storage.s3_bucket = value.into(),
+            "KILN_S3_ENDPOINT" => self.storage.s3_endpoint = value.into(),
+            "KILN_S3_REGION" => self.storage.s3_region = value.into(),
+            "KILN_S3_PATH_STYLE" => self.storage.s3_path_style = flag()?,
+            "KILN_UPLOAD_MAX_BYTES" => self.upload.max_bytes = num()?,
+            "KILN_UPLOAD_MAX_CONCURRENT" => self.upload.max_concurrent = num()? as usize,
+            "KILN_UPLOAD_TIMEOUT_SECS" => self.upload.timeout_secs = num()?,
+            "KILN_REQUEST_TIMEOUT_SECS" => self.upload.request_timeout_secs = num()?,
+            "KILN_UNPACK_MAX_ENTRIES" => self.unpack.max_entries = num()?,
+            "KILN_UNPACK_MAX_BYTES" => self.unpack.max_total_bytes = num()?,
+            "KILN_UNPACK_MAX_RATIO" => self.unpack.max_ratio = num()?,
+            "KILN_WORKERS" => self.worker.in_process = Some(num()? as usize),
+            "KILN_WORKER_CONCURRENCY" => self.worker.concurrency = (num()? as usize).max(1),
+            "KILN_WORK_DIR" => self.worker.work_dir = value.into(),
+            "KILN_WORKER_HEARTBEAT_SECS" => self.worker.heartbeat_secs = num()?.max(1),
+            "KILN_WORKER_TRANSIENT_RETRIES" => self.worker.transient_retries = num()? as u32,
+            "KILN_WORKER_STAGE_PAUSE_MS" => self.worker.stage_pause_ms = num()?,
+            "KILN_WORKER_METRICS_BIND" => self.worker.metrics_bind = value.into(),
+            // Unknown KILN_ variables are ignored so that scripts may set their own.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub fn database_url(&self) -> String {
+        if self.database_url.is_empty() {
+            format!("sqlite://{}/kiln.db?mode=rwc", self.data_dir.display())
+        } else {
+            self.database_url.clone()
+        }
+    }
+
+    pub fn is_embedded_database(&self) -> bool {
+        self.database_url().starts_with("sqlite:")
+    }
+
+    pub fn public_url(&self) -> String {
+        if self.public_url.is_empty() {
+            format!("http://{}", self.bind)
+        } else {
+            self.public_url.clone()
+        }
+    }
+
+    pub fn work_dir(&self) -> PathBuf {
+        if self.worker.work_dir.is_empty() {
+            self.data_dir.join("work")
+        } else {
+            PathBuf::from(&self.worker.work_dir)
+        }
+    }
+
+    pub fn signing_key_path(&self) -> PathBuf {
+        if self.signing_key_file.is_empty() {
+            self.data_dir.join("keys").join("signing.key")
+        } else {
+            PathBuf::from(&self.signing_key_file)
+        }
+    }
+
+    /// In-process workers: on by default with the embedded database only.
+    pub fn in_process_workers(&self) -> usize {
+        self.worker
+            .in_process
+            .unwrap_or(if self.is_embedded_database() { 1 } else { 0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn embedded_defaults_need_no_variables() {
+        let config = Config::load_from(&[]).unwrap();
+        assert_eq!(config.bind, "127.0.0.1:8080");
+        assert!(config.is_embedded_database());
+        assert_eq!(config.in_process_workers(), 1);
+        assert_eq!(config.public_url(), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn postgres_turns_in_process_workers_off() {
+        let config = Config::load_from(&vars(&[("KILN_DATABASE_URL", "postgres://x/y")])).unwrap();
+        assert_eq!(config.in_process_workers(), 0);
+        let config = Config::load_from(&vars(&[
+            ("KILN_DATABASE_URL", "postgres://x/y"),
+            ("KILN_WORKERS", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(config.in_process_workers(), 3);
+    }
+
+    #[test]
+    fn bad_numbers_name_the_variable() {
+        let err = Config::load_from(&vars(&[("KILN_UPLOAD_MAX_BYTES", "lots")])).unwrap_err();
+        assert!(err.to_string().contains("KILN_UPLOAD_MAX_BYTES"), "{err}");
+    }
+
+    #[test]
+    fn toml_file_is_read_and_env_wins() {
+        let dir = std::env::temp_dir().join(format!("kiln-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kiln.toml");
+        std::fs::write(&path, "bind = \"0.0.0.0:9000\"\n[upload]\nmax_bytes = 10\n").unwrap();
+        let config = Config::load_from(&vars(&[
+            ("KILN_CONFIG", path.to_str().unwrap()),
+            ("KILN_UPLOAD_MAX_BYTES", "20"),
+        ]))
+        .unwrap();
+        assert_eq!(config.bind, "0.0.0.0:9000");
+        assert_eq!(config.upload.max_bytes, 20);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

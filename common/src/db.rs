@@ -1,0 +1,579 @@
+//! The database: every query Kiln runs, for SQLite and PostgreSQL alike (through sqlx's Any
+//! driver), plus the typed pool the apalis queue needs.
+//!
+//! Only the API's handlers and the worker's job layer call these functions; stages never do.
+
+use serde::Serialize;
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Row};
+
+use crate::signing::Jwk;
+
+/// Build status as stored and as served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BuildStatus {
+    Queued,
+    Processing,
+    Published,
+    Failed,
+}
+
+impl BuildStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Processing => "processing",
+            Self::Published => "published",
+            Self::Failed => "failed",
+        }
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Published | Self::Failed)
+    }
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "processing" => Self::Processing,
+            "published" => Self::Published,
+            "failed" => Self::Failed,
+            _ => Self::Queued,
+        }
+    }
+    pub const ALL: [BuildStatus; 4] = [Self::Queued, Self::Processing, Self::Published, Self::Failed];
+}
+
+/// The pool apalis stores jobs in: the same database, through its typed driver.
+#[derive(Clone, Debug)]
+pub enum QueuePool {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: AnyPool,
+    pub queue: QueuePool,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct BuildRow {
+    pub id: String,
+    pub team_id: String,
+    pub game: String,
+    pub version: String,
+    pub status: String,
+    pub package_key: String,
+    pub package_format: String,
+    pub package_sha256: String,
+    pub package_size: i64,
+    pub idempotency_key: Option<String>,
+    pub error: Option<String>,
+    pub manifest_key: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq)]
+pub struct StageRow {
+    pub name: String,
+    pub status: String,
+    pub progress: f64,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ManifestRow {
+    pub build_id: String,
+    pub game: String,
+    pub manifest_key: String,
+    pub sha256: String,
+    pub kid: String,
+    pub signature: String,
+    pub created_at: String,
+}
+
+pub struct NewBuild<'a> {
+    pub id: &'a str,
+    pub team_id: &'a str,
+    pub game: &'a str,
+    pub version: &'a str,
+    pub package_key: &'a str,
+    pub package_format: &'a str,
+    pub package_sha256: &'a str,
+    pub package_size: i64,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// Outcome of inserting a build: new, or one that already had these bytes or this key.
+pub enum Inserted {
+    New(BuildRow),
+    Existing(BuildRow),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("database migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl DbError {
+    /// Connection trouble and lock timeouts pass; constraint violations and bad SQL don't.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Sqlx(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+                    | sqlx::Error::Tls(_)
+            ) || e.to_string().contains("database is locked"),
+            _ => false,
+        }
+    }
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+const BUILD_COLUMNS: &str = "id, team_id, game, version, status, package_key, package_format, \
+    package_sha256, package_size, idempotency_key, error, manifest_key, created_at, updated_at";
+
+impl Db {
+    /// Connects, creating the SQLite file if needed, and runs Kiln's migrations.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
+        install_default_drivers();
+        let is_sqlite = url.starts_with("sqlite:");
+        if is_sqlite && let Some(path) = sqlite_path(url) {
+            if let Some(parent) = std::path::Path::new(&path).parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+        }
+        let queue = if is_sqlite {
+            let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
+            let options = options
+                .create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .busy_timeout(std::time::Duration::from_secs(30));
+            QueuePool::Sqlite(
+                sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(max_connections)
+                    .connect_with(options)
+                    .await?,
+            )
+        } else {
+            QueuePool::Postgres(
+                sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(max_connections)
+                    .connect(url)
+                    .await?,
+            )
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if is_sqlite {
+                        // Readers must wait for the queue's writers instead of failing at once.
+                        sqlx::query("PRAGMA busy_timeout = 30000").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await?;
+        let mut migrator = if is_sqlite {
+            sqlx::migrate!("../migrations/sqlite")
+        } else {
+            sqlx::migrate!("../migrations/postgres")
+        };
+        // apalis keeps its own migrations in sqlx's default table; ours live apart.
+        migrator.dangerous_set_table_name("_kiln_migrations");
+        migrator.run(&pool).await?;
+        Ok(Self { pool, queue })
+    }
+
+    pub async fn ping(&self) -> Result<(), DbError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    // ---- teams and tokens ----
+
+    pub async fn create_team(&self, id: &str, name: &str) -> Result<(), DbError> {
+        let result = sqlx::query("INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(id)
+            .bind(name)
+            .bind(now())
+            .execute(&self.pool)
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(DbError::Conflict(format!("a team named {name:?} exists")))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn team_exists(&self, id: &str) -> Result<bool, DbError> {
+        Ok(sqlx::query("SELECT id FROM teams WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
+    pub async fn create_token(&self, team_id: &str, token_hash: &str) -> Result<(), DbError> {
+        sqlx::query("INSERT INTO team_tokens (token_hash, team_id, created_at) VALUES ($1, $2, $3)")
+            .bind(token_hash)
+            .bind(team_id)
+            .bind(now())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn team_for_token(&self, token_hash: &str) -> Result<Option<String>, DbError> {
+        Ok(sqlx::query("SELECT team_id FROM team_tokens WHERE token_hash = $1")
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| row.get::<String, _>(0)))
+    }
+
+    // ---- games ----
+
+    /// The team that owns `game`, claiming it for `team_id` if nobody does.
+    pub async fn claim_game(&self, game: &str, team_id: &str) -> Result<String, DbError> {
+        sqlx::query(
+            "INSERT INTO games (name, team_id, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(game)
+        .bind(team_id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(sqlx::query("SELECT team_id FROM games WHERE name = $1")
+            .bind(game)
+            .fetch_one(&self.pool)
+            .await?
+            .get::<String, _>(0))
+    }
+
+    // ---- builds ----
+
+    pub async fn build(&self, id: &str) -> Result<Option<BuildRow>, DbError> {
+        Ok(sqlx::query_as::<_, BuildRow>(&format!(
+            "SELECT {BUILD_COLUMNS} FROM builds WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    pub async fn build_by_idempotency_key(
+        &self,
+        team_id: &str,
+        key: &str,
+    ) -> Result<Option<BuildRow>, DbError> {
+        Ok(sqlx::query_as::<_, BuildRow>(&format!(
+            "SELECT {BUILD_COLUMNS} FROM builds WHERE team_id = $1 AND idempotency_key = $2"
+        ))
+        .bind(team_id)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn build_by_content(
+        &self,
+        game: &str,
+        version: &str,
+        sha256: &str,
+    ) -> Result<Option<BuildRow>, DbError> {
+        Ok(sqlx::query_as::<_, BuildRow>(&format!(
+            "SELECT {BUILD_COLUMNS} FROM builds WHERE game = $1 AND version = $2 AND package_sha256 = $3"
+        ))
+        .bind(game)
+        .bind(version)
+        .bind(sha256)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Inserts a queued build and its pending stages in one transaction, unless a build
+    /// with the same bytes (or idempotency key) exists: then that one is returned.
+    pub async fn insert_build(&self, new: NewBuild<'_>, stages: &[&str]) -> Result<Inserted, DbError> {
+        if let Some(existing) = self
+            .build_by_content(new.game, new.version, new.package_sha256)
+            .await?
+        {
+            return Ok(Inserted::Existing(existing));
+        }
+        let at = now();
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(&format!(
+            "INSERT INTO builds ({BUILD_COLUMNS}) VALUES \
+             ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, NULL, NULL, $10, $10)"
+        ))
+        .bind(new.id)
+        .bind(new.team_id)
+        .bind(new.game)
+        .bind(new.version)
+        .bind(new.package_key)
+        .bind(new.package_format)
+        .bind(new.package_sha256)
+        .bind(new.package_size)
+        .bind(new.idempotency_key)
+        .bind(&at)
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Ok(_) => {}
+            // A concurrent upload of the same bytes (or key) won the race: return its build.
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                drop(tx);
+                let existing = match new.idempotency_key {
+                    Some(key) => self.build_by_idempotency_key(new.team_id, key).await?,
+                    None => None,
+                };
+                let existing = match existing {
+                    Some(b) => Some(b),
+                    None => {
+                        self.build_by_content(new.game, new.version, new.package_sha256)
+                            .await?
+                    }
+                };
+                return existing
+                    .map(Inserted::Existing)
+                    .ok_or_else(|| DbError::Conflict("build insert conflicted".into()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        for (position, stage) in stages.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO build_stages (build_id, position, name, status, progress) \
+                 VALUES ($1, $2, $3, 'pending', 0)",
+            )
+            .bind(new.id)
+            .bind(position as i64)
+            .bind(*stage)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        let row = self
+            .build(new.id)
+            .await?
+            .ok_or_else(|| DbError::Conflict("inserted build vanished".into()))?;
+        Ok(Inserted::New(row))
+    }
+
+    pub async fn stages(&self, build_id: &str) -> Result<Vec<StageRow>, DbError> {
+        Ok(sqlx::query_as::<_, StageRow>(
+            "SELECT name, status, progress, started_at, finished_at, error FROM build_stages \
+             WHERE build_id = $1 ORDER BY position",
+        )
+        .bind(build_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn report(&self, build_id: &str) -> Result<Option<String>, DbError> {
+        Ok(sqlx::query("SELECT report FROM builds WHERE id = $1")
+            .bind(build_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .and_then(|row| row.get::<Option<String>, _>(0)))
+    }
+
+    pub async fn set_build_status(
+        &self,
+        id: &str,
+        status: BuildStatus,
+        error: Option<&str>,
+    ) -> Result<(), DbError> {
+        sqlx::query("UPDATE builds SET status = $1, error = $2, updated_at = $3 WHERE id = $4")
+            .bind(status.as_str())
+            .bind(error)
+            .bind(now())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn save_report(&self, id: &str, report_json: &str) -> Result<(), DbError> {
+        sqlx::query("UPDATE builds SET report = $1, updated_at = $2 WHERE id = $3")
+            .bind(report_json)
+            .bind(now())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Back to pending: a job that starts again (after a crash) redoes every stage.
+    pub async fn reset_stages(&self, build_id: &str) -> Result<(), DbError> {
+        sqlx::query(
+            "UPDATE build_stages SET status = 'pending', progress = 0, started_at = NULL, \
+             finished_at = NULL, error = NULL WHERE build_id = $1",
+        )
+        .bind(build_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn update_stage(&self, build_id: &str, name: &str, update: StageUpdate<'_>) -> Result<(), DbError> {
+        let at = now();
+        let query = match update {
+            StageUpdate::Started => sqlx::query(
+                "UPDATE build_stages SET status = 'running', progress = 0, started_at = $1, \
+                 finished_at = NULL, error = NULL WHERE build_id = $2 AND name = $3",
+            )
+            .bind(at),
+            StageUpdate::Progress(p) => sqlx::query(
+                "UPDATE build_stages SET progress = $1 WHERE build_id = $2 AND name = $3",
+            )
+            .bind(p),
+            StageUpdate::Succeeded => sqlx::query(
+                "UPDATE build_stages SET status = 'succeeded', progress = 1, finished_at = $1 \
+                 WHERE build_id = $2 AND name = $3",
+            )
+            .bind(at),
+            StageUpdate::Failed(error) => sqlx::query(
+                "UPDATE build_stages SET status = 'failed', finished_at = $1, error = $2 \
+                 WHERE build_id = $3 AND name = $4",
+            )
+            .bind(at)
+            .bind(error),
+        };
+        query.bind(build_id).bind(name).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Records the build's one manifest and makes it the game's live one. Idempotent: a
+    /// second call for the same build (a resumed job) changes nothing.
+    pub async fn record_publication(&self, m: &ManifestRow) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO manifests (build_id, game, manifest_key, sha256, kid, signature, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (build_id) DO NOTHING",
+        )
+        .bind(&m.build_id)
+        .bind(&m.game)
+        .bind(&m.manifest_key)
+        .bind(&m.sha256)
+        .bind(&m.kid)
+        .bind(&m.signature)
+        .bind(&m.created_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE builds SET status = 'published', error = NULL, manifest_key = $1, updated_at = $2 \
+             WHERE id = $3",
+        )
+        .bind(&m.manifest_key)
+        .bind(now())
+        .bind(&m.build_id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE games SET live_build_id = $1 WHERE name = $2")
+            .bind(&m.build_id)
+            .bind(&m.game)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn manifests_for_build(&self, build_id: &str) -> Result<Vec<ManifestRow>, DbError> {
+        Ok(sqlx::query_as::<_, ManifestRow>(
+            "SELECT build_id, game, manifest_key, sha256, kid, signature, created_at \
+             FROM manifests WHERE build_id = $1",
+        )
+        .bind(build_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The manifest of the game's live build.
+    pub async fn live_manifest(&self, game: &str) -> Result<Option<ManifestRow>, DbError> {
+        Ok(sqlx::query_as::<_, ManifestRow>(
+            "SELECT m.build_id, m.game, m.manifest_key, m.sha256, m.kid, m.signature, m.created_at \
+             FROM manifests m JOIN games g ON g.live_build_id = m.build_id WHERE g.name = $1",
+        )
+        .bind(game)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    // ---- signing keys ----
+
+    pub async fn register_key(&self, jwk: &Jwk) -> Result<(), DbError> {
+        sqlx::query(
+            "INSERT INTO signing_keys (kid, jwk, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (kid) DO NOTHING",
+        )
+        .bind(&jwk.kid)
+        .bind(serde_json::to_string(jwk).expect("jwk serialises"))
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn keys(&self) -> Result<Vec<Jwk>, DbError> {
+        let rows = sqlx::query("SELECT jwk FROM signing_keys ORDER BY created_at, kid")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| serde_json::from_str(&row.get::<String, _>(0)).ok())
+            .collect())
+    }
+
+    // ---- metrics ----
+
+    pub async fn build_counts(&self) -> Result<Vec<(String, i64)>, DbError> {
+        let rows = sqlx::query("SELECT status, COUNT(*) FROM builds GROUP BY status")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+            .collect())
+    }
+
+    /// Seconds since the oldest queued build was uploaded (0 when none waits).
+    pub async fn oldest_queued(&self) -> Result<Option<String>, DbError> {
+        Ok(sqlx::query("SELECT MIN(created_at) FROM builds WHERE status = 'queued'")
+            .fetch_one(&self.pool)
+            .await?
+            .get::<Option<String>, _>(0))
+    }
+}
+
+pub enum StageUpdate<'a> {
+    Started,
+    Progress(f64),
+    Succeeded,
+    Failed(&'a str),
+}
+
+fn sqlite_path(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    (!path.is_empty() && path != ":memory:").then(|| path.to_string())
+}

@@ -1,0 +1,56 @@
+//! The published manifest: every file of a build, where it is, and the build's identity.
+//!
+//! The signature covers the manifest's exact bytes, so the bytes are produced once (by the
+//! worker's `sign` stage) and served unchanged; clients verify before parsing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::keys::Encoding;
+
+pub const MANIFEST_SCHEMA: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema: u32,
+    pub game: String,
+    pub version: String,
+    pub build_id: String,
+    /// SHA-256 of the package as uploaded.
+    pub package_sha256: String,
+    /// When the package was uploaded (RFC 3339); fixed per build so re-runs give equal bytes.
+    pub created_at: String,
+    /// Sorted by `path`.
+    pub files: Vec<ManifestFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// Path inside the build, `/`-separated.
+    pub path: String,
+    pub sha256: String,
+    pub size: u64,
+    pub content_type: String,
+    /// Content-addressed object key.
+    pub key: String,
+    /// Absolute URL of the identity bytes.
+    pub url: String,
+    /// Pre-compressed forms; the CDN negotiates them from `Accept-Encoding` at the same URL.
+    pub encodings: Vec<ManifestEncoding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEncoding {
+    pub encoding: Encoding,
+    pub size: u64,
+    pub key: String,
+}
+
+/// The identity of a build, as the job layer knows it from the database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildIdentity {
+    pub game: String,
+    pub version: String,
+    pub build_id: String,
+    pub package_sha256: String,
+    pub created_at: String,
+}

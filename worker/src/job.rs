@@ -1,0 +1,449 @@
+//! The build job: load the package, run the pipeline, store its outputs, record the result.
+//!
+//! This layer only orchestrates. It owns the I/O the stages must not do (database, object
+//! store, the async runtime) and the policy around failures: permanent ones end the build at
+//! once; transient ones are retried with backoff and end it after the retry limit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apalis::prelude::*;
+use apalis_postgres::PostgresStorage;
+use apalis_sqlite::SqliteStorage;
+use kiln_common::db::{BuildRow, BuildStatus, Db, DbError, ManifestRow, QueuePool, StageUpdate};
+use kiln_common::manifest::BuildIdentity;
+use kiln_common::metrics;
+use kiln_common::signing::ManifestSigner;
+use kiln_common::storage::{Storage, StorageError};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::pipeline::{self, PipelineOptions, StageObserver};
+use crate::stages::publish::{self, PublishPlan, UploadSource};
+use crate::stages::{PackageFormat, unpack};
+
+/// The queued job: only the build's id; everything else is read from the database.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProcessBuild {
+    pub build_id: String,
+}
+
+/// What every job needs, shared by all jobs of a process.
+pub struct JobContext {
+    pub db: Db,
+    pub storage: Storage,
+    pub signer: Arc<ManifestSigner>,
+    pub options: PipelineOptions,
+    pub work_root: PathBuf,
+    /// Attempts for transient failures before the build is failed.
+    pub transient_retries: u32,
+}
+
+/// Puts a build on the queue.
+pub async fn enqueue(queue: &QueuePool, build_id: &str) -> Result<(), BoxDynError> {
+    let job = ProcessBuild {
+        build_id: build_id.to_string(),
+    };
+    match queue {
+        QueuePool::Sqlite(pool) => SqliteStorage::<ProcessBuild>::new(pool).push(job).await?,
+        QueuePool::Postgres(pool) => PostgresStorage::<ProcessBuild>::new(pool).push(job).await?,
+    }
+    Ok(())
+}
+
+/// Creates the queue's tables (apalis' own migrations).
+pub async fn setup_queue(queue: &QueuePool) -> Result<(), BoxDynError> {
+    match queue {
+        QueuePool::Sqlite(pool) => SqliteStorage::setup(pool).await?,
+        QueuePool::Postgres(pool) => PostgresStorage::setup(pool).await?,
+    }
+    Ok(())
+}
+
+/// Runs `count` queue consumers until `shutdown` resolves; in-flight jobs finish first (or
+/// are handed back to the queue by apalis when the process stops).
+pub async fn run_workers(
+    context: Arc<JobContext>,
+    count: usize,
+    concurrency: usize,
+    heartbeat: Duration,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut handles = Vec::new();
+    for n in 0..count {
+        // Unique per process and start: a restarted worker is a new worker, so the jobs
+        // of the dead one are recognised as orphaned and re-queued.
+        let name = format!(
+            "kiln-worker-{}-{}-{n}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let mut stop = shutdown.clone();
+        let signal = async move {
+            let _ = stop.wait_for(|s| *s).await;
+            Ok::<(), std::io::Error>(())
+        };
+        let context = context.clone();
+        let queue = context.db.queue.clone();
+        handles.push(tokio::spawn(async move {
+            tracing::info!(worker = %name, "worker started");
+            let result = match queue {
+                QueuePool::Sqlite(pool) => {
+                    let config = apalis_sqlite::Config::default()
+                        .queue(std::any::type_name::<ProcessBuild>())
+                        .heartbeat_interval(heartbeat);
+                    let backend = SqliteStorage::<ProcessBuild>::new(&pool)
+                        .with_config(config)
+                        .poll_with_interval(Duration::from_millis(250));
+                    WorkerBuilder::new(&name)
+                        .backend(backend)
+                        .concurrency(concurrency)
+                        .data(context)
+                        .build(process_build)
+                        .run_until(signal)
+                        .await
+                }
+                QueuePool::Postgres(pool) => {
+                    let config = apalis_postgres::Config::default()
+                        .queue(std::any::type_name::<ProcessBuild>())
+                        .heartbeat_interval(heartbeat);
+                    let backend = PostgresStorage::<ProcessBuild>::new(&pool)
+                        .with_config(config)
+                        .poll_with_interval(Duration::from_millis(250));
+                    WorkerBuilder::new(&name)
+                        .backend(backend)
+                        .concurrency(concurrency)
+                        .data(context)
+                        .build(process_build)
+                        .run_until(signal)
+                        .await
+                }
+            };
+            if let Err(e) = &result {
+                tracing::error!(worker = %name, error = %e, "worker stopped with an error");
+            }
+            tracing::info!(worker = %name, "worker stopped");
+        }));
+    }
+    for handle in handles {
+        handle.await?;
+    }
+    Ok(())
+}
+
+/// The apalis handler.
+async fn process_build(job: ProcessBuild, context: Data<Arc<JobContext>>) -> Result<(), BoxDynError> {
+    let context: Arc<JobContext> = (*context).clone();
+    let id = job.build_id;
+    let span = tracing::info_span!("build", build_id = %id);
+    let _enter = span.enter();
+    drop(_enter);
+    let mut last_error = String::new();
+    for attempt in 1..=context.transient_retries.max(1) {
+        match run_once(&context, &id).await {
+            Ok(outcome) => {
+                metrics::JOBS.with_label_values(&[outcome]).inc();
+                return Ok(());
+            }
+            Err(JobError::Permanent(reason)) => {
+                tracing::warn!(build_id = %id, %reason, "build failed");
+                context
+                    .db
+                    .set_build_status(&id, BuildStatus::Failed, Some(&reason))
+                    .await?;
+                metrics::JOBS.with_label_values(&["failed"]).inc();
+                return Ok(());
+            }
+            Err(JobError::Transient(reason)) => {
+                let backoff = Duration::from_millis(250 * 2u64.pow(attempt.min(6)));
+                tracing::warn!(build_id = %id, attempt, %reason, ?backoff, "transient failure, retrying");
+                last_error = reason;
+                tokio::time::sleep(backoff).await;
+            }
+        }
+    }
+    let reason = format!(
+        "gave up after {} attempts: {last_error}",
+        context.transient_retries.max(1)
+    );
+    tracing::error!(build_id = %id, %reason, "build failed");
+    context
+        .db
+        .set_build_status(&id, BuildStatus::Failed, Some(&reason))
+        .await?;
+    metrics::JOBS.with_label_values(&["failed"]).inc();
+    Ok(())
+}
+
+#[derive(Debug)]
+enum JobError {
+    Permanent(String),
+    Transient(String),
+}
+
+impl From<DbError> for JobError {
+    fn from(e: DbError) -> Self {
+        if e.is_transient() {
+            Self::Transient(e.to_string())
+        } else {
+            Self::Permanent(e.to_string())
+        }
+    }
+}
+
+impl From<StorageError> for JobError {
+    fn from(e: StorageError) -> Self {
+        if e.is_transient() {
+            Self::Transient(e.to_string())
+        } else {
+            Self::Permanent(e.to_string())
+        }
+    }
+}
+
+/// One attempt at the whole build. Safe to repeat: every output is content-addressed and
+/// the manifest row is written once.
+async fn run_once(context: &JobContext, id: &str) -> Result<&'static str, JobError> {
+    let Some(build) = context.db.build(id).await? else {
+        return Err(JobError::Permanent(format!("build {id} does not exist")));
+    };
+    match BuildStatus::parse(&build.status) {
+        BuildStatus::Published => return Ok("already-published"),
+        BuildStatus::Failed => return Ok("already-failed"),
+        _ => {}
+    }
+    context
+        .db
+        .set_build_status(id, BuildStatus::Processing, None)
+        .await?;
+    context.db.reset_stages(id).await?;
+
+    let work_dir = context.work_root.join(id);
+    let _ = tokio::fs::remove_dir_all(&work_dir).await;
+    tokio::fs::create_dir_all(&work_dir)
+        .await
+        .map_err(|e| JobError::Transient(format!("work directory {}: {e}", work_dir.display())))?;
+    let result = build_in(context, &build, &work_dir).await;
+    // The work dir is scratch: the package stays in the store, the outputs are published.
+    let _ = tokio::fs::remove_dir_all(&work_dir).await;
+    result
+}
+
+async fn build_in(
+    context: &JobContext,
+    build: &BuildRow,
+    work_dir: &std::path::Path,
+) -> Result<&'static str, JobError> {
+    let format = PackageFormat::from_extension(&build.package_format)
+        .ok_or_else(|| JobError::Permanent(format!("unknown package format {}", build.package_format)))?;
+    let package = work_dir.join(format!("package.{}", format.extension()));
+    context
+        .storage
+        .get_to_file(&build.package_key, &package)
+        .await?;
+
+    let identity = BuildIdentity {
+        game: build.game.clone(),
+        version: build.version.clone(),
+        build_id: build.id.clone(),
+        package_sha256: build.package_sha256.clone(),
+        created_at: build.created_at.clone(),
+    };
+
+    // Stage events flow from the blocking pipeline thread to one writer task.
+    let (events, receiver) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_stage_events(
+        context.db.clone(),
+        build.id.clone(),
+        receiver,
+    ));
+    let signer = context.signer.clone();
+    let options = context.options.clone();
+    let dir = work_dir.join("pipeline");
+    let prepared = tokio::task::spawn_blocking(move || {
+        let mut observer = ChannelObserver::new(events);
+        pipeline::prepare(&package, format, &dir, &identity, &signer, &options, &mut observer)
+    })
+    .await
+    .map_err(|e| JobError::Transient(format!("pipeline thread: {e}")))?;
+    let _ = writer.await;
+
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err((error, report)) => {
+            save_report(context, &build.id, &report).await?;
+            let reason = error.to_string();
+            return Err(if error.permanent {
+                JobError::Permanent(reason)
+            } else {
+                JobError::Transient(reason)
+            });
+        }
+    };
+    save_report(context, &build.id, &prepared.report).await?;
+
+    // Publish: objects first, the manifest last, then the one database row naming it.
+    let db = &context.db;
+    db.update_stage(&build.id, publish::NAME, StageUpdate::Started).await?;
+    let started = std::time::Instant::now();
+    let published = execute_plan(&context.storage, &prepared.plan, &mut |done| {
+        let db = db.clone();
+        let id = build.id.clone();
+        async move {
+            let _ = db
+                .update_stage(&id, publish::NAME, StageUpdate::Progress(done))
+                .await;
+        }
+    })
+    .await;
+    if let Err(e) = published {
+        let reason = e.to_string();
+        let _ = db
+            .update_stage(&build.id, publish::NAME, StageUpdate::Failed(&reason))
+            .await;
+        metrics::STAGE_DURATION
+            .with_label_values(&[publish::NAME, "failed"])
+            .observe(started.elapsed().as_secs_f64());
+        return Err(e.into());
+    }
+    let signed = &prepared.signed;
+    db.record_publication(&ManifestRow {
+        build_id: build.id.clone(),
+        game: build.game.clone(),
+        manifest_key: signed.key.clone(),
+        sha256: signed.sha256.clone(),
+        kid: signed.signature.kid.clone(),
+        signature: base64_signature(&signed.signature.signature),
+        created_at: kiln_common::db::now(),
+    })
+    .await?;
+    db.update_stage(&build.id, publish::NAME, StageUpdate::Succeeded).await?;
+    metrics::STAGE_DURATION
+        .with_label_values(&[publish::NAME, "succeeded"])
+        .observe(started.elapsed().as_secs_f64());
+    tracing::info!(build_id = %build.id, manifest = %signed.key, files = signed.manifest.files.len(), "build published");
+    Ok("published")
+}
+
+/// Stores every object of the plan that the store lacks, then the manifest.
+pub async fn execute_plan<F, Fut>(
+    storage: &Storage,
+    plan: &PublishPlan,
+    progress: &mut F,
+) -> Result<publish::PublishReport, StorageError>
+where
+    F: FnMut(f64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut report = publish::PublishReport {
+        objects: 0,
+        bytes: 0,
+        already_stored: 0,
+    };
+    let total = plan.objects.len() + 1;
+    for (n, upload) in plan.objects.iter().chain([&plan.manifest]).enumerate() {
+        report.objects += 1;
+        let stored = storage.head(&upload.key).await?;
+        if stored.is_some_and(|meta| meta.size == upload.size) {
+            report.already_stored += 1;
+        } else {
+            match &upload.source {
+                UploadSource::File(path) => {
+                    storage.put_file(&upload.key, path).await?;
+                }
+                UploadSource::Bytes(bytes) => {
+                    storage
+                        .put_bytes(&upload.key, bytes.clone().into())
+                        .await?;
+                }
+            }
+            report.bytes += upload.size;
+        }
+        if n % 16 == 15 {
+            progress((n + 1) as f64 / total as f64).await;
+        }
+    }
+    Ok(report)
+}
+
+async fn save_report(
+    context: &JobContext,
+    build_id: &str,
+    report: &pipeline::BuildReport,
+) -> Result<(), JobError> {
+    let json = serde_json::to_string(report).map_err(|e| JobError::Permanent(e.to_string()))?;
+    context.db.save_report(build_id, &json).await?;
+    Ok(())
+}
+
+fn base64_signature(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+enum StageEvent {
+    Started(&'static str),
+    Progress(&'static str, f64),
+    Succeeded(&'static str),
+    Failed(&'static str, String),
+}
+
+struct ChannelObserver {
+    events: mpsc::UnboundedSender<StageEvent>,
+    last_progress: f64,
+}
+
+impl ChannelObserver {
+    fn new(events: mpsc::UnboundedSender<StageEvent>) -> Self {
+        Self {
+            events,
+            last_progress: 0.0,
+        }
+    }
+}
+
+impl StageObserver for ChannelObserver {
+    fn started(&mut self, stage: &'static str) {
+        self.last_progress = 0.0;
+        let _ = self.events.send(StageEvent::Started(stage));
+    }
+    fn progress(&mut self, stage: &'static str, done: f64) {
+        // A row update per 5 % is plenty for a progress bar.
+        if done - self.last_progress >= 0.05 {
+            self.last_progress = done;
+            let _ = self.events.send(StageEvent::Progress(stage, done));
+        }
+    }
+    fn succeeded(&mut self, stage: &'static str, elapsed: Duration) {
+        metrics::STAGE_DURATION
+            .with_label_values(&[stage, "succeeded"])
+            .observe(elapsed.as_secs_f64());
+        let _ = self.events.send(StageEvent::Succeeded(stage));
+    }
+    fn failed(&mut self, stage: &'static str, elapsed: Duration, error: &str) {
+        metrics::STAGE_DURATION
+            .with_label_values(&[stage, "failed"])
+            .observe(elapsed.as_secs_f64());
+        let _ = self.events.send(StageEvent::Failed(stage, error.to_string()));
+    }
+}
+
+async fn write_stage_events(db: Db, build_id: String, mut events: mpsc::UnboundedReceiver<StageEvent>) {
+    while let Some(event) = events.recv().await {
+        let (stage, update) = match &event {
+            StageEvent::Started(s) => (*s, StageUpdate::Started),
+            StageEvent::Progress(s, p) => (*s, StageUpdate::Progress(*p)),
+            StageEvent::Succeeded(s) => (*s, StageUpdate::Succeeded),
+            StageEvent::Failed(s, e) => (*s, StageUpdate::Failed(e)),
+        };
+        if let Err(e) = db.update_stage(&build_id, stage, update).await {
+            tracing::warn!(%build_id, stage, error = %e, "could not record stage progress");
+        }
+    }
+}
+
+/// Unpack errors are the package's fault; the CLI shows them the same way as the API.
+pub fn is_package_error(error: &unpack::UnpackError) -> bool {
+    error.is_permanent()
+}

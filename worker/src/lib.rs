@@ -1,0 +1,8 @@
+//! Kiln's worker: the pipeline stages (`stages/`), the pipeline's script (`pipeline.rs`),
+//! the build job that runs it against the database and object store (`job.rs`), and start-up
+//! (`runtime.rs`).
+
+pub mod job;
+pub mod pipeline;
+pub mod runtime;
+pub mod stages;

@@ -1,0 +1,223 @@
+//! `kiln-worker`: consume build jobs from the queue, or process one package locally.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kiln_common::config::Config;
+use kiln_common::db::Db;
+use kiln_common::manifest::BuildIdentity;
+use kiln_common::signing::ManifestSigner;
+use kiln_common::storage::Storage;
+use kiln_worker::job;
+use kiln_worker::pipeline::{self, StageObserver};
+use kiln_worker::runtime;
+use kiln_worker::stages::{PackageFormat, read_head};
+use sha2::Digest;
+
+#[derive(Parser)]
+#[command(name = "kiln-worker", version, about = "Kiln build worker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Consume build jobs from the queue (the default).
+    Run,
+    /// Run the whole pipeline on one package, with no server and no database.
+    Process {
+        /// A .zip or .tar.gz game package.
+        package: PathBuf,
+        /// Output directory: objects under `files/`, `manifest.json`, `manifest.sig`, `report.json`.
+        #[arg(long)]
+        out: PathBuf,
+        /// Game name written into the manifest.
+        #[arg(long, default_value = "local")]
+        game: String,
+        /// Version written into the manifest.
+        #[arg(long, default_value = "0.0.0")]
+        version: String,
+        /// Signing key (hex seed); default: the configured key, generated if missing.
+        #[arg(long)]
+        key: Option<PathBuf>,
+        /// URL prefix for objects in the manifest.
+        #[arg(long, default_value = "cdn")]
+        cdn_base: String,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kiln-worker: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    kiln_common::init_tracing(config.log_json);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let result = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => runtime.block_on(consume(config)),
+        Command::Process {
+            package,
+            out,
+            game,
+            version,
+            key,
+            cdn_base,
+        } => runtime.block_on(process(config, package, out, game, version, key, cdn_base)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kiln-worker: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn consume(config: Config) -> anyhow::Result<std::process::ExitCode> {
+    kiln_common::metrics::init();
+    let db = Db::connect(&config.database_url(), 8).await?;
+    let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
+    tracing::info!(storage = ?storage, "kiln-worker starting");
+    let context = runtime::job_context(&config, db, storage).await?;
+    if !config.worker.metrics_bind.is_empty() {
+        serve_metrics(&config.worker.metrics_bind).await?;
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        runtime::shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    job::run_workers(
+        context,
+        1,
+        config.worker.concurrency,
+        Duration::from_secs(config.worker.heartbeat_secs),
+        stopped,
+    )
+    .await?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A tiny `/metrics` endpoint for a standalone worker (stage durations, job outcomes).
+async fn serve_metrics(bind: &str) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    tracing::info!(%bind, "worker metrics listening");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = socket.read(&mut buf).await;
+                let body = kiln_common::metrics::render();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    Ok(())
+}
+
+/// Prints each stage as it runs.
+struct Printer;
+
+impl StageObserver for Printer {
+    fn started(&mut self, stage: &'static str) {
+        eprintln!("  {stage:<10} …");
+    }
+    fn progress(&mut self, _: &'static str, _: f64) {}
+    fn succeeded(&mut self, stage: &'static str, elapsed: Duration) {
+        eprintln!("  {stage:<10} ok ({:.0} ms)", elapsed.as_secs_f64() * 1000.0);
+    }
+    fn failed(&mut self, stage: &'static str, _: Duration, error: &str) {
+        eprintln!("  {stage:<10} FAILED: {error}");
+    }
+}
+
+async fn process(
+    config: Config,
+    package: PathBuf,
+    out: PathBuf,
+    game: String,
+    version: String,
+    key: Option<PathBuf>,
+    cdn_base: String,
+) -> anyhow::Result<std::process::ExitCode> {
+    let head = read_head(&package, 8).map_err(|e| anyhow::anyhow!("{}: {e}", package.display()))?;
+    let Some(format) = PackageFormat::sniff(&head) else {
+        anyhow::bail!("{}: not a zip or tar.gz package", package.display());
+    };
+    let key_path = key.unwrap_or_else(|| config.signing_key_path());
+    let (signer, _) = ManifestSigner::load_or_generate(&key_path)?;
+    let bytes = std::fs::read(&package)?;
+    let identity = BuildIdentity {
+        game,
+        version,
+        build_id: "local".into(),
+        package_sha256: hex::encode(sha2::Sha256::digest(&bytes)),
+        created_at: kiln_common::db::now(),
+    };
+    drop(bytes);
+    let work = tempfile_dir(&out)?;
+    let options = pipeline::PipelineOptions {
+        cdn_base,
+        ..runtime::pipeline_options(&config)
+    };
+    eprintln!("kiln-worker: processing {}", package.display());
+    let work_for_pipeline = work.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        pipeline::prepare(&package, format, &work_for_pipeline, &identity, &signer, &options, &mut Printer)
+    })
+    .await?;
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err((error, report)) => {
+            std::fs::create_dir_all(&out)?;
+            std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+            let _ = std::fs::remove_dir_all(&work);
+            eprintln!("kiln-worker: {error}");
+            return Ok(std::process::ExitCode::from(1));
+        }
+    };
+    let storage = Storage::local(out.clone()).await?;
+    let published = job::execute_plan(&storage, &prepared.plan, &mut |_| async {}).await?;
+    std::fs::write(out.join("manifest.json"), &prepared.signed.bytes)?;
+    std::fs::write(
+        out.join("manifest.sig"),
+        prepared.signed.signature.header_value() + "\n",
+    )?;
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&prepared.report)?)?;
+    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(out.join(".tmp"));
+    let t = &prepared.report.totals;
+    eprintln!(
+        "kiln-worker: {} files, {} bytes → {} bytes (br {}, gzip {}); {} objects written to {}",
+        t.files,
+        t.bytes_before,
+        t.bytes_after,
+        t.brotli_bytes,
+        t.gzip_bytes,
+        published.objects,
+        out.display()
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A scratch directory beside the output (same filesystem, removed at the end).
+fn tempfile_dir(out: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let dir = out.join(format!(".work-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

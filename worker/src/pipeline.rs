@@ -1,0 +1,291 @@
+//! The pipeline's script: which stages run, in which order, and what each hands the next.
+//!
+//! `prepare` is pure (files in, files and a publish plan out) and shared by the job and by
+//! `kiln-worker process`. Adding a stage is one new file in `stages/` and one line here.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kiln_common::config::UnpackLimits;
+use kiln_common::manifest::BuildIdentity;
+use kiln_common::signing::ManifestSigner;
+use serde::Serialize;
+
+use crate::stages::encode::{self, EncodeOptions, OutputFile};
+use crate::stages::inventory::{self, FileKind, Inventory};
+use crate::stages::publish::{self, PublishPlan};
+use crate::stages::sign::{self, SignedManifest};
+use crate::stages::unpack;
+use crate::stages::{FileTree, PackageFormat};
+
+/// Every stage in order, as shown in a build's status. `publish` is run by the caller.
+pub const STAGES: &[&str] = &[
+    unpack::NAME,
+    inventory::NAME,
+    // Later stages (engine split, geometry, animation, VAT) go here.
+    encode::NAME,
+    sign::NAME,
+    publish::NAME,
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct PipelineOptions {
+    pub unpack: UnpackLimits,
+    pub encode: EncodeOptions,
+    /// URL prefix for published objects, e.g. `http://127.0.0.1:8080/cdn`.
+    pub cdn_base: String,
+    /// Pause before each stage. Only for crash-recovery tests and demos.
+    pub stage_pause: Duration,
+}
+
+/// What happens to each stage, for progress bars and metrics.
+pub trait StageObserver {
+    fn started(&mut self, stage: &'static str);
+    fn progress(&mut self, stage: &'static str, done: f64);
+    fn succeeded(&mut self, stage: &'static str, elapsed: Duration);
+    fn failed(&mut self, stage: &'static str, elapsed: Duration, error: &str);
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl StageObserver for Quiet {
+    fn started(&mut self, _: &'static str) {}
+    fn progress(&mut self, _: &'static str, _: f64) {}
+    fn succeeded(&mut self, _: &'static str, _: Duration) {}
+    fn failed(&mut self, _: &'static str, _: Duration, _: &str) {}
+}
+
+#[derive(Debug, thiserror::Error, Clone, Serialize)]
+#[error("stage {stage} failed: {reason}")]
+pub struct PipelineError {
+    pub stage: &'static str,
+    /// The file the failure is about, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    pub reason: String,
+    /// Permanent failures end the build; others are worth a retry.
+    pub permanent: bool,
+}
+
+/// Everything `prepare` produced: the outputs to store and the report to show.
+#[derive(Debug)]
+pub struct Prepared {
+    pub tree: FileTree,
+    pub inventory: Inventory,
+    pub outputs: Vec<OutputFile>,
+    pub signed: SignedManifest,
+    pub plan: PublishPlan,
+    pub report: BuildReport,
+}
+
+/// `GET /v1/builds/{id}/report`: per file, bytes before and after, and any error.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct BuildReport {
+    pub files: Vec<FileReport>,
+    pub totals: Totals,
+    /// Each stage's own report.
+    pub stages: BTreeMap<&'static str, serde_json::Value>,
+    /// Why the build failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<PipelineError>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Totals {
+    pub files: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub brotli_bytes: u64,
+    pub gzip_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    pub path: String,
+    pub kind: FileKind,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub brotli_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gzip_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Runs every stage up to the publish plan. `work_dir` must be empty; all files go there.
+pub fn prepare(
+    package: &Path,
+    format: PackageFormat,
+    work_dir: &Path,
+    identity: &BuildIdentity,
+    signer: &ManifestSigner,
+    options: &PipelineOptions,
+    observer: &mut dyn StageObserver,
+) -> Result<Prepared, (PipelineError, BuildReport)> {
+    let mut report = BuildReport::default();
+    let tree_dir = work_dir.join("tree");
+    let encoded_dir = work_dir.join("encoded");
+    std::fs::create_dir_all(&tree_dir).map_err(|e| {
+        let error = io_failure(unpack::NAME, &e);
+        (error, BuildReport::default())
+    })?;
+
+    let (tree, unpack_report) = step(observer, &mut report, options, unpack::NAME, |_| {
+        unpack::run(package, format, &tree_dir, &options.unpack).map_err(|e| PipelineError {
+            stage: unpack::NAME,
+            file: entry_of(&e),
+            permanent: e.is_permanent(),
+            reason: e.to_string(),
+        })
+    })?;
+    report.record(unpack::NAME, &unpack_report);
+
+    let (inventory, inventory_report) =
+        step(observer, &mut report, options, inventory::NAME, |_| {
+            inventory::run(&tree).map_err(|e| PipelineError {
+                stage: inventory::NAME,
+                file: None,
+                permanent: e.is_permanent(),
+                reason: e.to_string(),
+            })
+        })?;
+    report.record(inventory::NAME, &inventory_report);
+
+    let (outputs, encode_report) = step(observer, &mut report, options, encode::NAME, |obs| {
+        encode::run(&tree, &inventory, &encoded_dir, &options.encode, &mut |done| {
+            obs.progress(encode::NAME, done)
+        })
+        .map_err(|e| PipelineError {
+            stage: encode::NAME,
+            file: None,
+            permanent: e.is_permanent(),
+            reason: e.to_string(),
+        })
+    })?;
+    report.record(encode::NAME, &encode_report);
+
+    let (signed, sign_report) = step(observer, &mut report, options, sign::NAME, |_| {
+        Ok(sign::run(identity, &outputs, &options.cdn_base, signer))
+    })?;
+    report.record(sign::NAME, &sign_report);
+
+    let plan = publish::plan(&outputs, &signed);
+    report.files = file_reports(&inventory, &outputs);
+    report.totals = totals(&report.files);
+    Ok(Prepared {
+        tree,
+        inventory,
+        outputs,
+        signed,
+        plan,
+        report,
+    })
+}
+
+/// Runs one stage between the observer's start and finish, timing it.
+fn step<T>(
+    observer: &mut dyn StageObserver,
+    report: &mut BuildReport,
+    options: &PipelineOptions,
+    stage: &'static str,
+    run: impl FnOnce(&mut dyn StageObserver) -> Result<T, PipelineError>,
+) -> Result<T, (PipelineError, BuildReport)> {
+    if !options.stage_pause.is_zero() {
+        std::thread::sleep(options.stage_pause);
+    }
+    observer.started(stage);
+    let start = Instant::now();
+    match run(observer) {
+        Ok(value) => {
+            observer.succeeded(stage, start.elapsed());
+            Ok(value)
+        }
+        Err(error) => {
+            observer.failed(stage, start.elapsed(), &error.reason);
+            let mut failed = std::mem::take(report);
+            failed.error = Some(error.clone());
+            Err((error, failed))
+        }
+    }
+}
+
+impl BuildReport {
+    fn record<R: Serialize>(&mut self, stage: &'static str, stage_report: &R) {
+        self.stages.insert(
+            stage,
+            serde_json::to_value(stage_report).unwrap_or(serde_json::Value::Null),
+        );
+    }
+}
+
+fn file_reports(inventory: &Inventory, outputs: &[OutputFile]) -> Vec<FileReport> {
+    inventory
+        .entries
+        .iter()
+        .zip(outputs)
+        .map(|(entry, output)| {
+            let form = |enc| {
+                output
+                    .encodings
+                    .iter()
+                    .find(|f| f.encoding == enc)
+                    .map(|f| f.size)
+            };
+            FileReport {
+                path: entry.path.clone(),
+                kind: entry.kind,
+                bytes_before: entry.size,
+                bytes_after: output.size,
+                brotli_bytes: form(kiln_common::keys::Encoding::Br),
+                gzip_bytes: form(kiln_common::keys::Encoding::Gzip),
+                error: entry.error.clone(),
+                warnings: entry.warnings.clone(),
+            }
+        })
+        .collect()
+}
+
+fn totals(files: &[FileReport]) -> Totals {
+    Totals {
+        files: files.len() as u64,
+        bytes_before: files.iter().map(|f| f.bytes_before).sum(),
+        bytes_after: files.iter().map(|f| f.bytes_after).sum(),
+        brotli_bytes: files
+            .iter()
+            .map(|f| f.brotli_bytes.unwrap_or(f.bytes_after))
+            .sum(),
+        gzip_bytes: files
+            .iter()
+            .map(|f| f.gzip_bytes.unwrap_or(f.bytes_after))
+            .sum(),
+    }
+}
+
+fn entry_of(error: &unpack::UnpackError) -> Option<String> {
+    use unpack::UnpackError as E;
+    match error {
+        E::UnsafePath { entry, .. }
+        | E::Link { entry }
+        | E::UnsupportedEntry { entry, .. }
+        | E::Duplicate { entry }
+        | E::TooLarge { entry, .. }
+        | E::Bomb { entry, .. }
+        | E::Encrypted { entry } => Some(entry.clone()),
+        E::Corrupt { entry, .. } => entry.clone(),
+        E::TooManyEntries { .. } | E::Empty | E::Io(_) => None,
+    }
+}
+
+fn io_failure(stage: &'static str, error: &std::io::Error) -> PipelineError {
+    PipelineError {
+        stage,
+        file: None,
+        reason: format!("work directory: {error}"),
+        permanent: false,
+    }
+}

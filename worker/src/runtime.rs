@@ -1,0 +1,74 @@
+//! Start-up shared by `kiln-worker` and the API's in-process workers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_common::config::Config;
+use kiln_common::db::Db;
+use kiln_common::signing::{KeyOrigin, ManifestSigner};
+use kiln_common::storage::Storage;
+
+use crate::job::JobContext;
+use crate::pipeline::PipelineOptions;
+
+/// The pipeline options a configuration implies.
+pub fn pipeline_options(config: &Config) -> PipelineOptions {
+    PipelineOptions {
+        unpack: config.unpack.clone(),
+        cdn_base: format!("{}/cdn", config.public_url()),
+        stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
+        ..PipelineOptions::default()
+    }
+}
+
+/// Loads (or, on first start, generates) the signing key and publishes its public half.
+pub async fn load_signer(config: &Config, db: &Db) -> anyhow::Result<Arc<ManifestSigner>> {
+    let path = config.signing_key_path();
+    let (signer, origin) = ManifestSigner::load_or_generate(&path)?;
+    if origin == KeyOrigin::Generated {
+        tracing::warn!(
+            kid = signer.kid(),
+            path = %path.display(),
+            "generated a development signing key; set KILN_SIGNING_KEY_FILE in production"
+        );
+    } else {
+        tracing::info!(kid = signer.kid(), "signing key loaded");
+    }
+    db.register_key(&signer.public_jwk()).await?;
+    Ok(Arc::new(signer))
+}
+
+pub async fn job_context(config: &Config, db: Db, storage: Storage) -> anyhow::Result<Arc<JobContext>> {
+    let signer = load_signer(config, &db).await?;
+    let work_root = config.work_dir();
+    tokio::fs::create_dir_all(&work_root).await?;
+    crate::job::setup_queue(&db.queue)
+        .await
+        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    Ok(Arc::new(JobContext {
+        db,
+        storage,
+        signer,
+        options: pipeline_options(config),
+        work_root,
+        transient_retries: config.worker.transient_retries,
+    }))
+}
+
+/// Resolves when the process gets SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown requested; finishing current jobs");
+}

@@ -1,0 +1,293 @@
+//! Stage `inventory`: what every file in the build is, so later stages know what to work on.
+//!
+//! Kinds come from content where content can tell (GLB magic, glTF JSON and what it
+//! references) and from the extension otherwise. A broken glTF is noted on that file; it
+//! never fails the build.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{FileTree, read_head};
+
+pub const NAME: &str = "inventory";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileKind {
+    Html,
+    Js,
+    Css,
+    Wasm,
+    /// glTF JSON (`.gltf`).
+    Gltf,
+    /// Binary glTF (`.glb`).
+    Glb,
+    /// A buffer (`.bin`) referenced by a `.gltf` in the build.
+    GltfBuffer,
+    /// An image referenced by a `.gltf` in the build.
+    GltfImage,
+    Texture,
+    Audio,
+    Json,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryEntry {
+    pub path: String,
+    pub kind: FileKind,
+    pub size: u64,
+    /// For glTF resources: the `.gltf` that references this file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_by: Option<String>,
+    /// A problem with this file that later stages must respect (they skip it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Something a team should know that is not an error.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// In the tree's order (sorted by path).
+    pub entries: Vec<InventoryEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InventoryReport {
+    pub counts: BTreeMap<FileKind, u64>,
+    pub bytes: BTreeMap<FileKind, u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("reading {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+impl InventoryError {
+    /// A file unpack just wrote can't be read: the machine, not the package, is at fault.
+    pub fn is_permanent(&self) -> bool {
+        false
+    }
+}
+
+pub fn run(tree: &FileTree) -> Result<(Inventory, InventoryReport), InventoryError> {
+    let mut entries: Vec<InventoryEntry> = Vec::with_capacity(tree.files.len());
+    // path -> (referencing gltf, is image)
+    let mut references: BTreeMap<String, (String, bool)> = BTreeMap::new();
+    for file in &tree.files {
+        let io = |source| InventoryError::Io {
+            path: file.path.clone(),
+            source,
+        };
+        let ext = kiln_common::keys::extension_of(&file.path);
+        let mut entry = InventoryEntry {
+            path: file.path.clone(),
+            kind: kind_by_extension(&ext),
+            size: file.size,
+            used_by: None,
+            error: None,
+            warnings: Vec::new(),
+        };
+        let head = read_head(&tree.absolute(file), 4).map_err(io)?;
+        if head == b"glTF" {
+            entry.kind = FileKind::Glb;
+        } else if entry.kind == FileKind::Glb {
+            entry.error = Some("has a .glb name but no glTF binary header".into());
+            entry.kind = FileKind::Other;
+        } else if entry.kind == FileKind::Gltf {
+            let bytes = tree.read(file).map_err(io)?;
+            match gltf_resources(&bytes) {
+                Ok(resources) => {
+                    for (uri, is_image) in resources {
+                        let Some(target) = resolve_uri(&file.path, &uri) else {
+                            entry
+                                .warnings
+                                .push(format!("reference {uri:?} leaves the build; ignored"));
+                            continue;
+                        };
+                        if tree.contains(&target) {
+                            references.insert(target, (file.path.clone(), is_image));
+                        } else {
+                            entry
+                                .warnings
+                                .push(format!("references {uri:?}, which is not in the build"));
+                        }
+                    }
+                }
+                Err(reason) => entry.error = Some(format!("not valid glTF JSON: {reason}")),
+            }
+        }
+        entries.push(entry);
+    }
+    for entry in &mut entries {
+        if let Some((gltf, is_image)) = references.get(&entry.path) {
+            entry.used_by = Some(gltf.clone());
+            entry.kind = if *is_image {
+                FileKind::GltfImage
+            } else {
+                FileKind::GltfBuffer
+            };
+        }
+    }
+    let mut report = InventoryReport {
+        counts: BTreeMap::new(),
+        bytes: BTreeMap::new(),
+    };
+    for entry in &entries {
+        *report.counts.entry(entry.kind).or_default() += 1;
+        *report.bytes.entry(entry.kind).or_default() += entry.size;
+    }
+    Ok((Inventory { entries }, report))
+}
+
+fn kind_by_extension(ext: &str) -> FileKind {
+    match ext {
+        "html" | "htm" => FileKind::Html,
+        "js" | "mjs" | "cjs" => FileKind::Js,
+        "css" => FileKind::Css,
+        "wasm" => FileKind::Wasm,
+        "gltf" => FileKind::Gltf,
+        "glb" => FileKind::Glb,
+        "png" | "jpg" | "jpeg" | "webp" | "avif" | "gif" | "ktx2" | "ktx" | "basis" | "dds" => {
+            FileKind::Texture
+        }
+        "mp3" | "ogg" | "oga" | "wav" | "m4a" | "aac" | "opus" | "flac" | "weba" => FileKind::Audio,
+        "json" => FileKind::Json,
+        _ => FileKind::Other,
+    }
+}
+
+/// External URIs of a glTF's buffers and images (`true` for images); data URIs are inline.
+fn gltf_resources(bytes: &[u8]) -> Result<Vec<(String, bool)>, String> {
+    #[derive(Deserialize)]
+    struct Uri {
+        uri: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Doc {
+        asset: serde_json::Value,
+        #[serde(default)]
+        buffers: Vec<Uri>,
+        #[serde(default)]
+        images: Vec<Uri>,
+    }
+    let doc: Doc = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if doc.asset.get("version").and_then(|v| v.as_str()).is_none() {
+        return Err("asset.version is missing".into());
+    }
+    let external = |u: &Uri| u.uri.clone().filter(|uri| !uri.starts_with("data:"));
+    Ok(doc
+        .buffers
+        .iter()
+        .filter_map(external)
+        .map(|u| (u, false))
+        .chain(doc.images.iter().filter_map(external).map(|u| (u, true)))
+        .collect())
+}
+
+/// Resolves a relative URI against the referencing file's directory, inside the build only.
+fn resolve_uri(from: &str, uri: &str) -> Option<String> {
+    if uri.contains("://") || uri.starts_with('/') {
+        return None;
+    }
+    let decoded = percent_decode(uri.split(['?', '#']).next().unwrap_or(uri));
+    let mut parts: Vec<&str> = from.split('/').collect();
+    parts.pop();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            s => parts.push(s),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            let v = (hi * 16 + lo) as u8;
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::TreeFile;
+
+    fn tree(files: &[(&str, &[u8])]) -> (tempfile::TempDir, FileTree) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut list = Vec::new();
+        for (path, bytes) in files {
+            let p = dir.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, bytes).unwrap();
+            list.push(TreeFile {
+                path: path.to_string(),
+                size: bytes.len() as u64,
+            });
+        }
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        let root = dir.path().to_owned();
+        (dir, FileTree { root, files: list })
+    }
+
+    #[test]
+    fn classifies_by_content_and_gltf_references() {
+        let gltf = br#"{"asset":{"version":"2.0"},"buffers":[{"uri":"mesh%20data.bin"}],"images":[{"uri":"../tex/a.png"},{"uri":"data:image/png;base64,AA=="}]}"#;
+        let (_dir, tree) = tree(&[
+            ("index.html", b"<html>"),
+            ("js/game.js", b"1"),
+            ("models/a.gltf", gltf),
+            ("models/mesh data.bin", b"\0\0"),
+            ("tex/a.png", b"\x89PNG"),
+            ("tex/b.png", b"\x89PNG"),
+            ("models/b.glb", b"glTF...."),
+            ("models/fake.glb", b"nope"),
+            ("music.ogg", b"OggS"),
+            ("models/broken.gltf", b"{not json"),
+        ]);
+        let (inv, report) = run(&tree).unwrap();
+        let kind = |p: &str| inv.entries.iter().find(|e| e.path == p).unwrap().clone();
+        assert_eq!(kind("index.html").kind, FileKind::Html);
+        assert_eq!(kind("js/game.js").kind, FileKind::Js);
+        assert_eq!(kind("models/a.gltf").kind, FileKind::Gltf);
+        assert_eq!(kind("models/mesh data.bin").kind, FileKind::GltfBuffer);
+        assert_eq!(kind("models/mesh data.bin").used_by.as_deref(), Some("models/a.gltf"));
+        assert_eq!(kind("tex/a.png").kind, FileKind::GltfImage);
+        assert_eq!(kind("tex/b.png").kind, FileKind::Texture);
+        assert_eq!(kind("models/b.glb").kind, FileKind::Glb);
+        assert_eq!(kind("models/fake.glb").kind, FileKind::Other);
+        assert!(kind("models/fake.glb").error.is_some());
+        assert_eq!(kind("music.ogg").kind, FileKind::Audio);
+        assert!(kind("models/broken.gltf").error.as_deref().unwrap().contains("not valid glTF"));
+        assert_eq!(report.counts[&FileKind::Texture], 1);
+    }
+
+    #[test]
+    fn references_cannot_leave_the_build() {
+        assert_eq!(resolve_uri("a/b.gltf", "../../x.bin"), None);
+        assert_eq!(resolve_uri("a/b.gltf", "http://evil/x.bin"), None);
+        assert_eq!(resolve_uri("a/b.gltf", "c/../x.bin").as_deref(), Some("a/x.bin"));
+    }
+}

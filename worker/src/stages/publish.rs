@@ -1,0 +1,76 @@
+//! Stage `publish`: the ordered list of objects to store for a build. The job layer executes
+//! it against the object store; `kiln-worker process` against a local directory.
+//!
+//! Files come first and the manifest last, so a manifest never names an object that is not
+//! there yet. Keys are content-addressed: an object already stored is skipped, not rewritten.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::encode::OutputFile;
+use super::sign::SignedManifest;
+
+pub const NAME: &str = "publish";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadSource {
+    File(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub key: String,
+    pub size: u64,
+    pub source: UploadSource,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishPlan {
+    /// Content objects, each key once, in a stable order.
+    pub objects: Vec<Upload>,
+    /// Written last.
+    pub manifest: Upload,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PublishReport {
+    pub objects: u64,
+    pub bytes: u64,
+    /// Objects that were already in the store (from this build's earlier attempt, or
+    /// another build with the same files).
+    pub already_stored: u64,
+}
+
+pub fn plan(outputs: &[OutputFile], signed: &SignedManifest) -> PublishPlan {
+    let mut seen = BTreeSet::new();
+    let mut objects = Vec::new();
+    for output in outputs {
+        if seen.insert(output.key.clone()) {
+            objects.push(Upload {
+                key: output.key.clone(),
+                size: output.size,
+                source: UploadSource::File(output.source.clone()),
+            });
+        }
+        for form in &output.encodings {
+            if seen.insert(form.key.clone()) {
+                objects.push(Upload {
+                    key: form.key.clone(),
+                    size: form.size,
+                    source: UploadSource::File(form.source.clone()),
+                });
+            }
+        }
+    }
+    PublishPlan {
+        objects,
+        manifest: Upload {
+            key: signed.key.clone(),
+            size: signed.bytes.len() as u64,
+            source: UploadSource::Bytes(signed.bytes.clone()),
+        },
+    }
+}

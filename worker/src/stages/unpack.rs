@@ -1,0 +1,395 @@
+//! Stage `unpack`: a zip or tar.gz package into a fresh directory, refusing anything hostile.
+//!
+//! Every check names the attack it stops. Nothing is written outside `dest`: paths are
+//! validated before use, no links are ever created, and files are opened with `create_new`
+//! so an entry can never reuse or follow something already there.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::Path;
+
+use kiln_common::config::UnpackLimits;
+use serde::Serialize;
+
+use super::{FileTree, PackageFormat, TreeFile};
+
+pub const NAME: &str = "unpack";
+
+/// Entries at most this deep, names at most this long: deeper trees only exhaust inodes and
+/// path buffers, no real game needs them.
+const MAX_DEPTH: usize = 32;
+const MAX_PATH_BYTES: usize = 1024;
+/// Below this many uncompressed bytes the ratio check stays quiet: tiny files of zeros are not bombs.
+const RATIO_FLOOR_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct UnpackReport {
+    pub format: PackageFormat,
+    pub entries: u64,
+    pub files: u64,
+    pub uncompressed_bytes: u64,
+    pub package_bytes: u64,
+}
+
+/// Why a package was refused. All of these are permanent: retrying the same bytes can't help.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UnpackError {
+    #[error("entry {entry:?}: unsafe path ({reason})")]
+    UnsafePath { entry: String, reason: &'static str },
+    #[error("entry {entry:?}: links are not allowed in a package")]
+    Link { entry: String },
+    #[error("entry {entry:?}: unsupported entry type ({kind})")]
+    UnsupportedEntry { entry: String, kind: String },
+    #[error("entry {entry:?}: duplicate path")]
+    Duplicate { entry: String },
+    #[error("package has more than {limit} entries")]
+    TooManyEntries { limit: u64 },
+    #[error("entry {entry:?}: package expands beyond {limit} bytes")]
+    TooLarge { entry: String, limit: u64 },
+    #[error("entry {entry:?}: compression ratio above {limit}:1 looks like a decompression bomb")]
+    Bomb { entry: String, limit: u64 },
+    #[error("entry {entry:?}: encrypted entries are not supported")]
+    Encrypted { entry: String },
+    #[error("corrupt or truncated {format} package{}: {reason}", entry.as_ref().map(|e| format!(" at entry {e:?}")).unwrap_or_default())]
+    Corrupt {
+        format: PackageFormat,
+        entry: Option<String>,
+        reason: String,
+    },
+    #[error("package is empty: no files")]
+    Empty,
+    #[error("work directory: {0}")]
+    Io(String),
+}
+
+impl UnpackError {
+    /// Only a failing work directory is the machine's fault; everything else is the package's.
+    pub fn is_permanent(&self) -> bool {
+        !matches!(self, Self::Io(_))
+    }
+}
+
+/// Unpacks `package` into `dest` (which must exist and be empty).
+pub fn run(
+    package: &Path,
+    format: PackageFormat,
+    dest: &Path,
+    limits: &UnpackLimits,
+) -> Result<(FileTree, UnpackReport), UnpackError> {
+    let package_bytes = std::fs::metadata(package)
+        .map_err(|e| UnpackError::Io(format!("{}: {e}", package.display())))?
+        .len();
+    let mut writer = TreeWriter {
+        dest,
+        limits,
+        package_bytes,
+        seen: HashSet::new(),
+        files: Vec::new(),
+        entries: 0,
+        total: 0,
+    };
+    match format {
+        PackageFormat::Zip => unpack_zip(package, &mut writer)?,
+        PackageFormat::TarGz => unpack_tar_gz(package, &mut writer)?,
+    }
+    if writer.files.is_empty() {
+        return Err(UnpackError::Empty);
+    }
+    let report = UnpackReport {
+        format,
+        entries: writer.entries,
+        files: writer.files.len() as u64,
+        uncompressed_bytes: writer.total,
+        package_bytes,
+    };
+    let mut files = writer.files;
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((
+        FileTree {
+            root: dest.to_owned(),
+            files,
+        },
+        report,
+    ))
+}
+
+fn unpack_zip(package: &Path, writer: &mut TreeWriter<'_>) -> Result<(), UnpackError> {
+    let corrupt = |entry: Option<String>, reason: String| UnpackError::Corrupt {
+        format: PackageFormat::Zip,
+        entry,
+        reason,
+    };
+    let file = File::open(package).map_err(|e| UnpackError::Io(e.to_string()))?;
+    let mut archive =
+        zip::ZipArchive::new(BufReader::new(file)).map_err(|e| corrupt(None, e.to_string()))?;
+    // Two central-directory records with one name: which one wins depends on the unpacker,
+    // so a reviewer could see a different file than the player gets.
+    if archive.has_duplicate_names() {
+        let mut names = HashSet::new();
+        let duplicate = archive
+            .file_names_raw()
+            .find(|n| !names.insert(n.to_vec()))
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        return Err(UnpackError::Duplicate { entry: duplicate });
+    }
+    // Entry count first, from the central directory, before any byte is written.
+    if archive.len() as u64 > writer.limits.max_entries {
+        return Err(UnpackError::TooManyEntries {
+            limit: writer.limits.max_entries,
+        });
+    }
+    // Overlapping entries are the non-recursive zip bomb (many entries sharing one stream).
+    if archive
+        .has_overlapping_entries()
+        .map_err(|e| corrupt(None, e.to_string()))?
+    {
+        return Err(UnpackError::Bomb {
+            entry: "(overlapping entries)".into(),
+            limit: writer.limits.max_ratio,
+        });
+    }
+    for index in 0..archive.len() {
+        let mut entry = archive
+            .by_index(index)
+            .map_err(|e| corrupt(Some(format!("#{index}")), e.to_string()))?;
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        if entry.encrypted() {
+            return Err(UnpackError::Encrypted { entry: name });
+        }
+        // A symlink entry could later let a file write land outside the tree.
+        if entry.is_symlink() {
+            return Err(UnpackError::Link { entry: name });
+        }
+        let path = safe_relative_path(entry.name_raw(), &name)?;
+        writer.entries += 1;
+        if entry.is_dir() {
+            writer.directory(&path, &name)?;
+            continue;
+        }
+        // Declared sizes can lie; they are checked here and the real bytes again while copying.
+        writer.check_declared(&name, entry.size(), entry.compressed_size())?;
+        writer.file(&path, &name, &mut entry, |e| {
+            corrupt(Some(name.clone()), e.to_string())
+        })?;
+    }
+    Ok(())
+}
+
+fn unpack_tar_gz(package: &Path, writer: &mut TreeWriter<'_>) -> Result<(), UnpackError> {
+    let corrupt = |entry: Option<String>, reason: String| UnpackError::Corrupt {
+        format: PackageFormat::TarGz,
+        entry,
+        reason,
+    };
+    let file = File::open(package).map_err(|e| UnpackError::Io(e.to_string()))?;
+    let gz = flate2::read::MultiGzDecoder::new(BufReader::new(file));
+    let mut archive = tar::Archive::new(gz);
+    let entries = archive.entries().map_err(|e| corrupt(None, e.to_string()))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| corrupt(None, e.to_string()))?;
+        let raw_path = entry.path_bytes().into_owned();
+        let name = String::from_utf8_lossy(&raw_path).into_owned();
+        writer.entries += 1;
+        if writer.entries > writer.limits.max_entries {
+            return Err(UnpackError::TooManyEntries {
+                limit: writer.limits.max_entries,
+            });
+        }
+        let kind = entry.header().entry_type();
+        match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous => {}
+            tar::EntryType::Directory => {
+                let path = safe_relative_path(&raw_path, &name)?;
+                writer.directory(&path, &name)?;
+                continue;
+            }
+            // Symlinks and hard links could point a later entry's write outside the tree.
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                return Err(UnpackError::Link { entry: name });
+            }
+            // Devices, FIFOs and the like have no place in a web build.
+            other => {
+                return Err(UnpackError::UnsupportedEntry {
+                    entry: name,
+                    kind: format!("{other:?}"),
+                });
+            }
+        }
+        let path = safe_relative_path(&raw_path, &name)?;
+        let declared = entry.header().size().unwrap_or(0);
+        writer.check_declared(&name, declared, 0)?;
+        writer.file(&path, &name, &mut entry, |e| {
+            corrupt(Some(name.clone()), e.to_string())
+        })?;
+    }
+    Ok(())
+}
+
+struct TreeWriter<'a> {
+    dest: &'a Path,
+    limits: &'a UnpackLimits,
+    package_bytes: u64,
+    seen: HashSet<String>,
+    files: Vec<TreeFile>,
+    entries: u64,
+    total: u64,
+}
+
+impl TreeWriter<'_> {
+    fn directory(&mut self, path: &str, _name: &str) -> Result<(), UnpackError> {
+        std::fs::create_dir_all(self.dest.join(path)).map_err(|e| UnpackError::Io(e.to_string()))
+    }
+
+    fn check_declared(&self, name: &str, size: u64, compressed: u64) -> Result<(), UnpackError> {
+        if self.total.saturating_add(size) > self.limits.max_total_bytes {
+            return Err(UnpackError::TooLarge {
+                entry: name.into(),
+                limit: self.limits.max_total_bytes,
+            });
+        }
+        if compressed > 0 && size > RATIO_FLOOR_BYTES && size / compressed > self.limits.max_ratio {
+            return Err(UnpackError::Bomb {
+                entry: name.into(),
+                limit: self.limits.max_ratio,
+            });
+        }
+        Ok(())
+    }
+
+    fn file(
+        &mut self,
+        path: &str,
+        name: &str,
+        reader: &mut dyn Read,
+        corrupt: impl Fn(std::io::Error) -> UnpackError,
+    ) -> Result<(), UnpackError> {
+        // Exact duplicates and aliases such as `a//b` vs `a/b` both land here.
+        if !self.seen.insert(path.to_string()) {
+            return Err(UnpackError::Duplicate { entry: name.into() });
+        }
+        let target = self.dest.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| UnpackError::Io(e.to_string()))?;
+        }
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&target)
+            .map_err(|e| UnpackError::Io(format!("{path}: {e}")))?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut written = 0u64;
+        loop {
+            let n = reader.read(&mut buf).map_err(&corrupt)?;
+            if n == 0 {
+                break;
+            }
+            written += n as u64;
+            self.total += n as u64;
+            // The real bytes, not the declared ones, decide the size limits.
+            if self.total > self.limits.max_total_bytes {
+                return Err(UnpackError::TooLarge {
+                    entry: name.into(),
+                    limit: self.limits.max_total_bytes,
+                });
+            }
+            if self.total > RATIO_FLOOR_BYTES
+                && self.total / self.package_bytes.max(1) > self.limits.max_ratio
+            {
+                return Err(UnpackError::Bomb {
+                    entry: name.into(),
+                    limit: self.limits.max_ratio,
+                });
+            }
+            out.write_all(&buf[..n])
+                .map_err(|e| UnpackError::Io(format!("{path}: {e}")))?;
+        }
+        self.files.push(TreeFile {
+            path: path.to_string(),
+            size: written,
+        });
+        Ok(())
+    }
+}
+
+/// Turns an archive entry name into a safe `a/b/c` path relative to the tree root.
+fn safe_relative_path(raw: &[u8], name: &str) -> Result<String, UnpackError> {
+    let unsafe_path = |reason| UnpackError::UnsafePath {
+        entry: name.to_string(),
+        reason,
+    };
+    let text = std::str::from_utf8(raw).map_err(|_| unsafe_path("name is not UTF-8"))?;
+    if text.is_empty() {
+        return Err(unsafe_path("empty name"));
+    }
+    if text.len() > MAX_PATH_BYTES {
+        return Err(unsafe_path("name too long"));
+    }
+    // NUL truncates paths in C APIs; control characters hide the real name from reviewers.
+    if text.chars().any(|c| c.is_control()) {
+        return Err(unsafe_path("control character in name"));
+    }
+    // `a\..\..\x` is a traversal on Windows hosts and for tools that normalise separators.
+    if text.contains('\\') {
+        return Err(unsafe_path("backslash in name"));
+    }
+    if text.starts_with('/') {
+        return Err(unsafe_path("absolute path"));
+    }
+    // `C:foo` / `C:/foo` address another drive on Windows.
+    let bytes = text.as_bytes();
+    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        return Err(unsafe_path("drive letter"));
+    }
+    let mut parts = Vec::new();
+    for segment in text.split('/') {
+        match segment {
+            // Empty segments (`a//b`, trailing `/`) and `.` are harmless: skip them.
+            "" | "." => {}
+            ".." => return Err(unsafe_path("parent directory (..) segment")),
+            s if s.contains(':') => return Err(unsafe_path("colon in name")),
+            s => parts.push(s),
+        }
+    }
+    if parts.is_empty() {
+        return Err(unsafe_path("empty name"));
+    }
+    if parts.len() > MAX_DEPTH {
+        return Err(unsafe_path("too deeply nested"));
+    }
+    Ok(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safe_paths_are_normalised() {
+        assert_eq!(safe_relative_path(b"a//b/./c.js", "x").unwrap(), "a/b/c.js");
+        assert_eq!(safe_relative_path(b"./index.html", "x").unwrap(), "index.html");
+    }
+
+    #[test]
+    fn hostile_paths_name_the_reason() {
+        for (raw, reason) in [
+            (&b"../etc/passwd"[..], "parent directory (..) segment"),
+            (b"a/../../b", "parent directory (..) segment"),
+            (b"/etc/passwd", "absolute path"),
+            (b"C:/windows/x", "drive letter"),
+            (b"c:x", "drive letter"),
+            (b"a\\..\\..\\b", "backslash in name"),
+            (b"a\0b", "control character in name"),
+            (b"a/b:stream", "colon in name"),
+            (b"/", "absolute path"),
+            (b"./", "empty name"),
+            (b"\xff\xfe", "name is not UTF-8"),
+        ] {
+            match safe_relative_path(raw, "x") {
+                Err(UnpackError::UnsafePath { reason: r, .. }) => assert_eq!(r, reason, "{raw:?}"),
+                other => panic!("{raw:?}: {other:?}"),
+            }
+        }
+    }
+}
