@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
-use sqlx::{AnyPool, Row};
+use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::signing::Jwk;
 
@@ -273,9 +273,9 @@ impl Db {
     // ---- builds ----
 
     pub async fn build(&self, id: &str) -> Result<Option<BuildRow>, DbError> {
-        Ok(sqlx::query_as::<_, BuildRow>(&format!(
+        Ok(sqlx::query_as::<_, BuildRow>(AssertSqlSafe(format!(
             "SELECT {BUILD_COLUMNS} FROM builds WHERE id = $1"
-        ))
+        )))
         .bind(id)
         .fetch_optional(&self.pool)
         .await?)
@@ -286,9 +286,9 @@ impl Db {
         team_id: &str,
         key: &str,
     ) -> Result<Option<BuildRow>, DbError> {
-        Ok(sqlx::query_as::<_, BuildRow>(&format!(
+        Ok(sqlx::query_as::<_, BuildRow>(AssertSqlSafe(format!(
             "SELECT {BUILD_COLUMNS} FROM builds WHERE team_id = $1 AND idempotency_key = $2"
-        ))
+        )))
         .bind(team_id)
         .bind(key)
         .fetch_optional(&self.pool)
@@ -301,9 +301,9 @@ impl Db {
         version: &str,
         sha256: &str,
     ) -> Result<Option<BuildRow>, DbError> {
-        Ok(sqlx::query_as::<_, BuildRow>(&format!(
+        Ok(sqlx::query_as::<_, BuildRow>(AssertSqlSafe(format!(
             "SELECT {BUILD_COLUMNS} FROM builds WHERE game = $1 AND version = $2 AND package_sha256 = $3"
-        ))
+        )))
         .bind(game)
         .bind(version)
         .bind(sha256)
@@ -322,10 +322,10 @@ impl Db {
         }
         let at = now();
         let mut tx = self.pool.begin().await?;
-        let inserted = sqlx::query(&format!(
+        let inserted = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO builds ({BUILD_COLUMNS}) VALUES \
              ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, NULL, NULL, $10, $10)"
-        ))
+        )))
         .bind(new.id)
         .bind(new.team_id)
         .bind(new.game)

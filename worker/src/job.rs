@@ -96,7 +96,7 @@ pub async fn run_workers(
                     let backend = SqliteStorage::<ProcessBuild>::new(&pool)
                         .with_config(config)
                         .poll_with_interval(Duration::from_millis(250));
-                    WorkerBuilder::new(&name)
+                    WorkerBuilder::new(name.as_str())
                         .backend(backend)
                         .concurrency(concurrency)
                         .data(context)
@@ -111,7 +111,7 @@ pub async fn run_workers(
                     let backend = PostgresStorage::<ProcessBuild>::new(&pool)
                         .with_config(config)
                         .poll_with_interval(Duration::from_millis(250));
-                    WorkerBuilder::new(&name)
+                    WorkerBuilder::new(name.as_str())
                         .backend(backend)
                         .concurrency(concurrency)
                         .data(context)

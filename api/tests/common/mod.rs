@@ -50,7 +50,7 @@ pub async fn config_for(deployment: Deployment, dir: &Path) -> (Config, Option<S
             .expect("KILN_TEST_PG_URL (e.g. postgres://postgres@127.0.0.1:5432/postgres)");
         let name = format!("kiln_test_{}", uuid::Uuid::new_v4().simple());
         let conn = sqlx_admin(&admin_url).await;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&conn)
             .await
             .expect("create test database");
@@ -109,7 +109,7 @@ impl Kiln {
         }
         if let Some(name) = self.pg_database.take() {
             let admin = sqlx_admin(&std::env::var("KILN_TEST_PG_URL").unwrap()).await;
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
                 .execute(&admin)
                 .await;
         }
@@ -175,6 +175,27 @@ impl Kiln {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// Sends only the request head (as a client using `Expect: 100-continue` would) and
+    /// returns the status the server answers with before any body byte is sent.
+    pub async fn status_for_head(&self, token: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.url.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n");
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("the server answers without waiting for the body")
+            .unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+
     /// Polls the build until it is published or failed.
     pub async fn wait_for_build(&self, token: &str, build_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -232,6 +253,22 @@ pub fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
         zip.write_all(data).unwrap();
     }
     zip.finish().unwrap().into_inner()
+}
+
+/// A zip whose entry names are patched after writing (same length), e.g. to make two
+/// entries share a name, which zip writers refuse to do.
+pub fn zip_renamed(entries: &[(&str, &[u8])], from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut bytes = zip_with(entries);
+    let (from, to) = (from.as_bytes(), to.as_bytes());
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+        }
+        i += 1;
+    }
+    bytes
 }
 
 pub fn zip_with_symlink() -> Vec<u8> {

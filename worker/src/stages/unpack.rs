@@ -140,15 +140,16 @@ fn unpack_zip(package: &Path, writer: &mut TreeWriter<'_>) -> Result<(), UnpackE
             limit: writer.limits.max_entries,
         });
     }
-    // Overlapping entries are the non-recursive zip bomb (many entries sharing one stream).
+    // Overlapping entries are the non-recursive zip bomb (many entries sharing one stream);
+    // a damaged local header looks the same. Either way the archive can't be trusted.
     if archive
         .has_overlapping_entries()
         .map_err(|e| corrupt(None, e.to_string()))?
     {
-        return Err(UnpackError::Bomb {
-            entry: "(overlapping entries)".into(),
-            limit: writer.limits.max_ratio,
-        });
+        return Err(corrupt(
+            None,
+            "entries overlap each other (a non-recursive zip bomb, or a damaged archive)".into(),
+        ));
     }
     for index in 0..archive.len() {
         let mut entry = archive
