@@ -8,7 +8,12 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 /// Files a game directory holds for its developers, not for players.
-const SKIPPED: &[&str] = &["node_modules", "package.json", "package-lock.json", "copy-engine.mjs"];
+const SKIPPED: &[&str] = &[
+    "node_modules",
+    "package.json",
+    "package-lock.json",
+    "copy-engine.mjs",
+];
 
 /// Zips a directory (minus dotfiles and npm files) the way a game team's CI would.
 pub fn package_dir(dir: &Path) -> anyhow::Result<Vec<u8>> {
@@ -39,7 +44,10 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()>
         if entry.file_type()?.is_dir() {
             collect(root, &path, out)?;
         } else if entry.file_type()?.is_file() {
-            let rel = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
+            let rel = path
+                .strip_prefix(root)?
+                .to_string_lossy()
+                .replace('\\', "/");
             out.push(rel);
         }
     }
@@ -57,7 +65,11 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
     let package = package_dir(dir)?;
     let game = dir
         .file_name()
-        .map(|n| n.to_string_lossy().to_ascii_lowercase().replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-"))
+        .map(|n| {
+            n.to_string_lossy()
+                .to_ascii_lowercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "-")
+        })
         .unwrap_or_else(|| "demo".into());
     let http = reqwest::Client::new();
     let team: serde_json::Value = http
@@ -81,7 +93,11 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
     let token = token["token"].as_str().context("token")?.to_string();
 
     println!("\n== Kiln demo ==================================================");
-    println!("uploading {} ({} bytes zipped) as game {game:?}", dir.display(), package.len());
+    println!(
+        "uploading {} ({} bytes zipped) as game {game:?}",
+        dir.display(),
+        package.len()
+    );
     let version = format!("demo-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
     let upload = http
         .post(format!("{base}/v1/games/{game}/builds?version={version}"))
@@ -96,7 +112,10 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
         bail!("upload refused ({code}): {accepted}");
     }
     println!("{code}: {}", serde_json::to_string_pretty(&accepted)?);
-    let status_url = accepted["status_url"].as_str().context("status_url")?.to_string();
+    let status_url = accepted["status_url"]
+        .as_str()
+        .context("status_url")?
+        .to_string();
 
     let mut shown = String::new();
     let status = loop {
@@ -112,11 +131,21 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
             .map(|stages| {
                 stages
                     .iter()
-                    .map(|s| format!("{} {}", s["name"].as_str().unwrap_or("?"), s["status"].as_str().unwrap_or("?")))
+                    .map(|s| {
+                        format!(
+                            "{} {}",
+                            s["name"].as_str().unwrap_or("?"),
+                            s["status"].as_str().unwrap_or("?")
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
-        let line = format!("{}: {}", status["status"].as_str().unwrap_or("?"), line.join(", "));
+        let line = format!(
+            "{}: {}",
+            status["status"].as_str().unwrap_or("?"),
+            line.join(", ")
+        );
         if line != shown {
             println!("  {line}");
             shown = line;
@@ -129,7 +158,10 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
     if status["status"] != "published" {
         bail!("build failed: {}", status["error"]);
     }
-    let manifest_response = http.get(format!("{base}/v1/games/{game}/manifest")).send().await?;
+    let manifest_response = http
+        .get(format!("{base}/v1/games/{game}/manifest"))
+        .send()
+        .await?;
     let signature = manifest_response
         .headers()
         .get("kiln-signature")
@@ -138,7 +170,10 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
         .to_string();
     let manifest: serde_json::Value = manifest_response.json().await?;
     let report: serde_json::Value = http
-        .get(format!("{base}/v1/builds/{}/report", accepted["build_id"].as_str().unwrap_or("")))
+        .get(format!(
+            "{base}/v1/builds/{}/report",
+            accepted["build_id"].as_str().unwrap_or("")
+        ))
         .bearer_auth(&token)
         .send()
         .await?
@@ -146,7 +181,10 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
         .await?;
     println!("\npublished. signed manifest: {base}/v1/games/{game}/manifest");
     println!("  Kiln-Signature: {signature}   (public keys: {base}/v1/keys)");
-    println!("\n  {:<44} {:>10} {:>10} {:>10}  CDN URL", "file", "bytes", "br", "gzip");
+    println!(
+        "\n  {:<44} {:>10} {:>10} {:>10}  CDN URL",
+        "file", "bytes", "br", "gzip"
+    );
     for file in manifest["files"].as_array().into_iter().flatten() {
         let path = file["path"].as_str().unwrap_or("");
         let size = file["size"].as_u64().unwrap_or(0);

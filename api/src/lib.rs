@@ -63,7 +63,10 @@ pub fn router(state: AppState) -> Router {
             request_timeout,
         ));
     long.merge(short)
-        .layer(middleware::from_fn_with_state(state.clone(), record_request))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_request,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -144,7 +147,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         let stopped = stopped.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) =
-                kiln_worker::job::run_workers(context, workers, concurrency, heartbeat, stopped).await
+                kiln_worker::job::run_workers(context, workers, concurrency, heartbeat, stopped)
+                    .await
             {
                 tracing::error!(error = %e, "in-process workers stopped");
             }

@@ -47,3 +47,9 @@ async fn operations_endpoints() {
 async fn killed_worker_still_publishes_once() {
     scenarios::killed_worker_still_publishes_once(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn sigterm_lets_the_worker_finish_or_hand_back() {
+    scenarios::sigterm_lets_the_worker_finish_or_hand_back(Distributed).await;
+}

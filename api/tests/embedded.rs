@@ -39,3 +39,14 @@ async fn operations_endpoints() {
 async fn killed_worker_still_publishes_once() {
     scenarios::killed_worker_still_publishes_once(Embedded).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_lets_the_worker_finish_or_hand_back() {
+    scenarios::sigterm_lets_the_worker_finish_or_hand_back(Embedded).await;
+}
+
+/// Embedded only: the failure is injected through the local object directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transient_failures_are_retried_then_fail_the_build() {
+    scenarios::transient_failures_are_retried_then_fail_the_build(Embedded).await;
+}

@@ -158,11 +158,21 @@ impl Default for WorkerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {source}")]
-    Parse { path: PathBuf, source: toml::de::Error },
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
     #[error("environment variable {name}={value:?}: {reason}")]
-    Env { name: String, value: String, reason: String },
+    Env {
+        name: String,
+        value: String,
+        reason: String,
+    },
 }
 
 impl Config {
@@ -173,11 +183,7 @@ impl Config {
     }
 
     pub fn load_from(vars: &[(String, String)]) -> Result<Self, ConfigError> {
-        let get = |name: &str| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
+        let get = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let mut config = match get("KILN_CONFIG") {
             Some(path) if !path.is_empty() => Self::from_file(Path::new(&path))?,
             _ => Self::default(),
@@ -207,7 +213,11 @@ impl Config {
             value: value.into(),
             reason: reason.into(),
         };
-        let num = || value.parse::<u64>().map_err(|_| bad("expected a whole number"));
+        let num = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| bad("expected a whole number"))
+        };
         let flag = || match value {
             "1" | "true" | "yes" | "on" => Ok(true),
             "0" | "false" | "no" | "off" | "" => Ok(false),

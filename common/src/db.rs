@@ -39,7 +39,12 @@ impl BuildStatus {
             _ => Self::Queued,
         }
     }
-    pub const ALL: [BuildStatus; 4] = [Self::Queued, Self::Processing, Self::Published, Self::Failed];
+    pub const ALL: [BuildStatus; 4] = [
+        Self::Queued,
+        Self::Processing,
+        Self::Published,
+        Self::Failed,
+    ];
 }
 
 /// The pool apalis stores jobs in: the same database, through its typed driver.
@@ -126,14 +131,16 @@ impl DbError {
     /// Connection trouble and lock timeouts pass; constraint violations and bad SQL don't.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Sqlx(e) => matches!(
-                e,
-                sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-                    | sqlx::Error::Tls(_)
-            ) || e.to_string().contains("database is locked"),
+            Self::Sqlx(e) => {
+                matches!(
+                    e,
+                    sqlx::Error::Io(_)
+                        | sqlx::Error::PoolTimedOut
+                        | sqlx::Error::PoolClosed
+                        | sqlx::Error::WorkerCrashed
+                        | sqlx::Error::Tls(_)
+                ) || e.to_string().contains("database is locked")
+            }
             _ => false,
         }
     }
@@ -151,10 +158,11 @@ impl Db {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
         install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
-        if is_sqlite && let Some(path) = sqlite_path(url) {
-            if let Some(parent) = std::path::Path::new(&path).parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
+        if is_sqlite
+            && let Some(path) = sqlite_path(url)
+            && let Some(parent) = std::path::Path::new(&path).parent()
+        {
+            let _ = std::fs::create_dir_all(parent);
         }
         let queue = if is_sqlite {
             let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
@@ -182,8 +190,12 @@ impl Db {
                 Box::pin(async move {
                     if is_sqlite {
                         // Readers must wait for the queue's writers instead of failing at once.
-                        sqlx::query("PRAGMA busy_timeout = 30000").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA busy_timeout = 30000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA foreign_keys = ON")
+                            .execute(&mut *conn)
+                            .await?;
                     }
                     Ok(())
                 })
@@ -233,21 +245,25 @@ impl Db {
     }
 
     pub async fn create_token(&self, team_id: &str, token_hash: &str) -> Result<(), DbError> {
-        sqlx::query("INSERT INTO team_tokens (token_hash, team_id, created_at) VALUES ($1, $2, $3)")
-            .bind(token_hash)
-            .bind(team_id)
-            .bind(now())
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "INSERT INTO team_tokens (token_hash, team_id, created_at) VALUES ($1, $2, $3)",
+        )
+        .bind(token_hash)
+        .bind(team_id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
     pub async fn team_for_token(&self, token_hash: &str) -> Result<Option<String>, DbError> {
-        Ok(sqlx::query("SELECT team_id FROM team_tokens WHERE token_hash = $1")
-            .bind(token_hash)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(|row| row.get::<String, _>(0)))
+        Ok(
+            sqlx::query("SELECT team_id FROM team_tokens WHERE token_hash = $1")
+                .bind(token_hash)
+                .fetch_optional(&self.pool)
+                .await?
+                .map(|row| row.get::<String, _>(0)),
+        )
     }
 
     // ---- games ----
@@ -313,7 +329,11 @@ impl Db {
 
     /// Inserts a queued build and its pending stages in one transaction, unless a build
     /// with the same bytes (or idempotency key) exists: then that one is returned.
-    pub async fn insert_build(&self, new: NewBuild<'_>, stages: &[&str]) -> Result<Inserted, DbError> {
+    pub async fn insert_build(
+        &self,
+        new: NewBuild<'_>,
+        stages: &[&str],
+    ) -> Result<Inserted, DbError> {
         if let Some(existing) = self
             .build_by_content(new.game, new.version, new.package_sha256)
             .await?
@@ -435,7 +455,12 @@ impl Db {
         Ok(())
     }
 
-    pub async fn update_stage(&self, build_id: &str, name: &str, update: StageUpdate<'_>) -> Result<(), DbError> {
+    pub async fn update_stage(
+        &self,
+        build_id: &str,
+        name: &str,
+        update: StageUpdate<'_>,
+    ) -> Result<(), DbError> {
         let at = now();
         let query = match update {
             StageUpdate::Started => sqlx::query(
@@ -558,10 +583,12 @@ impl Db {
 
     /// Seconds since the oldest queued build was uploaded (0 when none waits).
     pub async fn oldest_queued(&self) -> Result<Option<String>, DbError> {
-        Ok(sqlx::query("SELECT MIN(created_at) FROM builds WHERE status = 'queued'")
-            .fetch_one(&self.pool)
-            .await?
-            .get::<Option<String>, _>(0))
+        Ok(
+            sqlx::query("SELECT MIN(created_at) FROM builds WHERE status = 'queued'")
+                .fetch_one(&self.pool)
+                .await?
+                .get::<Option<String>, _>(0),
+        )
     }
 }
 
@@ -573,7 +600,9 @@ pub enum StageUpdate<'a> {
 }
 
 fn sqlite_path(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next()?;
     (!path.is_empty() && path != ":memory:").then(|| path.to_string())
 }

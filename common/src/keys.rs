@@ -73,7 +73,8 @@ pub fn extension_of(path: &str) -> String {
     match name.rsplit_once('.') {
         Some((stem, ext)) if !stem.is_empty() => {
             let ext = ext.to_ascii_lowercase();
-            if !ext.is_empty() && ext.len() <= 16 && ext.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            if !ext.is_empty() && ext.len() <= 16 && ext.bytes().all(|b| b.is_ascii_alphanumeric())
+            {
                 ext
             } else {
                 String::new()
@@ -115,7 +116,10 @@ pub fn content_type_for(path: &str) -> String {
 pub fn headers_for_key(key: &str) -> ObjectHeaders {
     let (identity, encoding) = if let Some(k) = key.strip_suffix(".br") {
         (k, Some("br"))
-    } else if let Some(k) = key.strip_suffix(".gz").filter(|_| key.starts_with("files/")) {
+    } else if let Some(k) = key
+        .strip_suffix(".gz")
+        .filter(|_| key.starts_with("files/"))
+    {
         (k, Some("gzip"))
     } else {
         (key, None)
@@ -182,14 +186,25 @@ mod tests {
         assert_eq!(h.content_type, "text/javascript; charset=utf-8");
         assert_eq!(h.content_encoding.as_deref(), Some("br"));
         assert_eq!(h.cache_control, IMMUTABLE);
-        assert_eq!(headers_for_key("files/ab/abc.glb").content_type, "model/gltf-binary");
+        assert_eq!(
+            headers_for_key("files/ab/abc.glb").content_type,
+            "model/gltf-binary"
+        );
         assert_eq!(headers_for_key("packages/x.tar.gz").content_encoding, None);
         assert_eq!(headers_for_key("packages/x.tar.gz").cache_control, PRIVATE);
     }
 
     #[test]
     fn unsafe_keys_are_refused() {
-        for key in ["", "/etc/passwd", "files/../../x", "files//x", "files/./x", "a\\b", "files/%2e%2e"] {
+        for key in [
+            "",
+            "/etc/passwd",
+            "files/../../x",
+            "files//x",
+            "files/./x",
+            "a\\b",
+            "files/%2e%2e",
+        ] {
             assert!(!is_safe_key(key), "{key}");
         }
         assert!(!is_public_key("packages/abc.zip"));

@@ -12,8 +12,9 @@ pub mod storage;
 /// Logs to stderr, human-readable or JSON lines; `RUST_LOG` filters (default `info`).
 pub fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,aws_config=warn,aws_smithy_runtime=warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("info,sqlx=warn,aws_config=warn,aws_smithy_runtime=warn")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -20,7 +20,10 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(metric: T) -> T {
 pub static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
         IntCounterVec::new(
-            Opts::new("kiln_http_requests_total", "HTTP requests by route, method and status"),
+            Opts::new(
+                "kiln_http_requests_total",
+                "HTTP requests by route, method and status",
+            ),
             &["route", "method", "status"],
         )
         .unwrap(),
@@ -43,14 +46,16 @@ pub static HTTP_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
 
 pub static UPLOAD_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
     register(
-        IntCounter::new("kiln_upload_bytes_total", "Package bytes received by uploads").unwrap(),
+        IntCounter::new(
+            "kiln_upload_bytes_total",
+            "Package bytes received by uploads",
+        )
+        .unwrap(),
     )
 });
 
 pub static BUILDS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    register(
-        IntGaugeVec::new(Opts::new("kiln_builds", "Builds by status"), &["status"]).unwrap(),
-    )
+    register(IntGaugeVec::new(Opts::new("kiln_builds", "Builds by status"), &["status"]).unwrap())
 });
 
 pub static QUEUE_DEPTH: LazyLock<IntGauge> = LazyLock::new(|| {
@@ -70,11 +75,12 @@ pub static QUEUE_OLDEST_AGE: LazyLock<IntGauge> = LazyLock::new(|| {
 pub static STAGE_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     register(
         HistogramVec::new(
-            HistogramOpts::new("kiln_stage_duration_seconds", "Pipeline stage durations")
-                .buckets(vec![
+            HistogramOpts::new("kiln_stage_duration_seconds", "Pipeline stage durations").buckets(
+                vec![
                     0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
                     900.0,
-                ]),
+                ],
+            ),
             &["stage", "outcome"],
         )
         .unwrap(),

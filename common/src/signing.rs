@@ -122,7 +122,11 @@ pub struct ManifestSignature {
 impl ManifestSignature {
     /// The `Kiln-Signature` header value.
     pub fn header_value(&self) -> String {
-        format!("keyid={}, sig={}", self.kid, STANDARD.encode(&self.signature))
+        format!(
+            "keyid={}, sig={}",
+            self.kid,
+            STANDARD.encode(&self.signature)
+        )
     }
 
     pub fn parse_header(value: &str) -> Option<Self> {

@@ -32,7 +32,11 @@ pub enum StorageError {
     #[error("object store I/O on {key}: {source}")]
     Io { key: String, source: std::io::Error },
     #[error("S3 {op} {key}: {message}")]
-    S3 { op: &'static str, key: String, message: String },
+    S3 {
+        op: &'static str,
+        key: String,
+        message: String,
+    },
     /// The byte stream handed to `put_stream` failed (client went away, limit hit, …).
     #[error("upload stream: {0}")]
     Source(std::io::Error),
@@ -156,7 +160,14 @@ impl Storage {
                     source,
                 }),
             },
-            Self::S3(s) => match s.client.head_object().bucket(&s.bucket).key(key).send().await {
+            Self::S3(s) => match s
+                .client
+                .head_object()
+                .bucket(&s.bucket)
+                .key(key)
+                .send()
+                .await
+            {
                 Ok(out) => Ok(Some(ObjectMeta {
                     size: out.content_length().unwrap_or(0) as u64,
                     headers,
@@ -218,10 +229,13 @@ impl Storage {
 
     pub async fn get_bytes(&self, key: &str) -> Result<Bytes, StorageError> {
         let (_, stream) = self.open(key, None).await?;
-        let chunks: Vec<Bytes> = stream.try_collect().await.map_err(|source| StorageError::Io {
-            key: key.into(),
-            source,
-        })?;
+        let chunks: Vec<Bytes> = stream
+            .try_collect()
+            .await
+            .map_err(|source| StorageError::Io {
+                key: key.into(),
+                source,
+            })?;
         Ok(chunks.concat().into())
     }
 
@@ -269,7 +283,9 @@ impl Storage {
                 }
                 let out = match req.send().await {
                     Ok(out) => out,
-                    Err(e) if is_s3_not_found(&e) => return Err(StorageError::NotFound(key.into())),
+                    Err(e) if is_s3_not_found(&e) => {
+                        return Err(StorageError::NotFound(key.into()));
+                    }
                     Err(e) => return Err(s3_error("GetObject", key, e)),
                 };
                 let size = match (range, out.content_range()) {
@@ -489,12 +505,18 @@ where
 
 fn is_s3_not_found<E>(err: &aws_sdk_s3::error::SdkError<E, HttpResponse>) -> bool {
     match err {
-        aws_sdk_s3::error::SdkError::ServiceError(service) => service.raw().status().as_u16() == 404,
+        aws_sdk_s3::error::SdkError::ServiceError(service) => {
+            service.raw().status().as_u16() == 404
+        }
         _ => false,
     }
 }
 
-fn s3_error<E, R>(op: &'static str, key: &str, err: aws_sdk_s3::error::SdkError<E, R>) -> StorageError
+fn s3_error<E, R>(
+    op: &'static str,
+    key: &str,
+    err: aws_sdk_s3::error::SdkError<E, R>,
+) -> StorageError
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,

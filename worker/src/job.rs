@@ -133,7 +133,10 @@ pub async fn run_workers(
 }
 
 /// The apalis handler.
-async fn process_build(job: ProcessBuild, context: Data<Arc<JobContext>>) -> Result<(), BoxDynError> {
+async fn process_build(
+    job: ProcessBuild,
+    context: Data<Arc<JobContext>>,
+) -> Result<(), BoxDynError> {
     let context: Arc<JobContext> = (*context).clone();
     let id = job.build_id;
     let span = tracing::info_span!("build", build_id = %id);
@@ -156,10 +159,12 @@ async fn process_build(job: ProcessBuild, context: Data<Arc<JobContext>>) -> Res
                 return Ok(());
             }
             Err(JobError::Transient(reason)) => {
-                let backoff = Duration::from_millis(250 * 2u64.pow(attempt.min(6)));
-                tracing::warn!(build_id = %id, attempt, %reason, ?backoff, "transient failure, retrying");
                 last_error = reason;
-                tokio::time::sleep(backoff).await;
+                if attempt < context.transient_retries {
+                    let backoff = Duration::from_millis(250 * 2u64.pow(attempt.min(6)));
+                    tracing::warn!(build_id = %id, attempt, reason = %last_error, ?backoff, "transient failure, retrying");
+                    tokio::time::sleep(backoff).await;
+                }
             }
         }
     }
@@ -235,8 +240,9 @@ async fn build_in(
     build: &BuildRow,
     work_dir: &std::path::Path,
 ) -> Result<&'static str, JobError> {
-    let format = PackageFormat::from_extension(&build.package_format)
-        .ok_or_else(|| JobError::Permanent(format!("unknown package format {}", build.package_format)))?;
+    let format = PackageFormat::from_extension(&build.package_format).ok_or_else(|| {
+        JobError::Permanent(format!("unknown package format {}", build.package_format))
+    })?;
     let package = work_dir.join(format!("package.{}", format.extension()));
     context
         .storage
@@ -263,7 +269,15 @@ async fn build_in(
     let dir = work_dir.join("pipeline");
     let prepared = tokio::task::spawn_blocking(move || {
         let mut observer = ChannelObserver::new(events);
-        pipeline::prepare(&package, format, &dir, &identity, &signer, &options, &mut observer)
+        pipeline::prepare(
+            &package,
+            format,
+            &dir,
+            &identity,
+            &signer,
+            &options,
+            &mut observer,
+        )
     })
     .await
     .map_err(|e| JobError::Transient(format!("pipeline thread: {e}")))?;
@@ -271,10 +285,10 @@ async fn build_in(
 
     let prepared = match prepared {
         Ok(p) => p,
-        Err((error, report)) => {
-            save_report(context, &build.id, &report).await?;
-            let reason = error.to_string();
-            return Err(if error.permanent {
+        Err(failed) => {
+            save_report(context, &build.id, &failed.report).await?;
+            let reason = failed.error.to_string();
+            return Err(if failed.error.permanent {
                 JobError::Permanent(reason)
             } else {
                 JobError::Transient(reason)
@@ -285,7 +299,8 @@ async fn build_in(
 
     // Publish: objects first, the manifest last, then the one database row naming it.
     let db = &context.db;
-    db.update_stage(&build.id, publish::NAME, StageUpdate::Started).await?;
+    db.update_stage(&build.id, publish::NAME, StageUpdate::Started)
+        .await?;
     let started = std::time::Instant::now();
     let published = execute_plan(&context.storage, &prepared.plan, &mut |done| {
         let db = db.clone();
@@ -318,7 +333,8 @@ async fn build_in(
         created_at: kiln_common::db::now(),
     })
     .await?;
-    db.update_stage(&build.id, publish::NAME, StageUpdate::Succeeded).await?;
+    db.update_stage(&build.id, publish::NAME, StageUpdate::Succeeded)
+        .await?;
     metrics::STAGE_DURATION
         .with_label_values(&[publish::NAME, "succeeded"])
         .observe(started.elapsed().as_secs_f64());
@@ -353,9 +369,7 @@ where
                     storage.put_file(&upload.key, path).await?;
                 }
                 UploadSource::Bytes(bytes) => {
-                    storage
-                        .put_bytes(&upload.key, bytes.clone().into())
-                        .await?;
+                    storage.put_bytes(&upload.key, bytes.clone().into()).await?;
                 }
             }
             report.bytes += upload.size;
@@ -425,11 +439,17 @@ impl StageObserver for ChannelObserver {
         metrics::STAGE_DURATION
             .with_label_values(&[stage, "failed"])
             .observe(elapsed.as_secs_f64());
-        let _ = self.events.send(StageEvent::Failed(stage, error.to_string()));
+        let _ = self
+            .events
+            .send(StageEvent::Failed(stage, error.to_string()));
     }
 }
 
-async fn write_stage_events(db: Db, build_id: String, mut events: mpsc::UnboundedReceiver<StageEvent>) {
+async fn write_stage_events(
+    db: Db,
+    build_id: String,
+    mut events: mpsc::UnboundedReceiver<StageEvent>,
+) {
     while let Some(event) = events.recv().await {
         let (stage, update) = match &event {
             StageEvent::Started(s) => (*s, StageUpdate::Started),

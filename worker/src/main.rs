@@ -139,7 +139,10 @@ impl StageObserver for Printer {
     }
     fn progress(&mut self, _: &'static str, _: f64) {}
     fn succeeded(&mut self, stage: &'static str, elapsed: Duration) {
-        eprintln!("  {stage:<10} ok ({:.0} ms)", elapsed.as_secs_f64() * 1000.0);
+        eprintln!(
+            "  {stage:<10} ok ({:.0} ms)",
+            elapsed.as_secs_f64() * 1000.0
+        );
     }
     fn failed(&mut self, stage: &'static str, _: Duration, error: &str) {
         eprintln!("  {stage:<10} FAILED: {error}");
@@ -178,16 +181,27 @@ async fn process(
     eprintln!("kiln-worker: processing {}", package.display());
     let work_for_pipeline = work.clone();
     let prepared = tokio::task::spawn_blocking(move || {
-        pipeline::prepare(&package, format, &work_for_pipeline, &identity, &signer, &options, &mut Printer)
+        pipeline::prepare(
+            &package,
+            format,
+            &work_for_pipeline,
+            &identity,
+            &signer,
+            &options,
+            &mut Printer,
+        )
     })
     .await?;
     let prepared = match prepared {
         Ok(p) => p,
-        Err((error, report)) => {
+        Err(failed) => {
             std::fs::create_dir_all(&out)?;
-            std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+            std::fs::write(
+                out.join("report.json"),
+                serde_json::to_vec_pretty(&failed.report)?,
+            )?;
             let _ = std::fs::remove_dir_all(&work);
-            eprintln!("kiln-worker: {error}");
+            eprintln!("kiln-worker: {}", failed.error);
             return Ok(std::process::ExitCode::from(1));
         }
     };
@@ -198,7 +212,10 @@ async fn process(
         out.join("manifest.sig"),
         prepared.signed.signature.header_value() + "\n",
     )?;
-    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&prepared.report)?)?;
+    std::fs::write(
+        out.join("report.json"),
+        serde_json::to_vec_pretty(&prepared.report)?,
+    )?;
     let _ = std::fs::remove_dir_all(&work);
     let _ = std::fs::remove_dir_all(out.join(".tmp"));
     let t = &prepared.report.totals;

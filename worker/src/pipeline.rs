@@ -69,6 +69,13 @@ pub struct PipelineError {
     pub permanent: bool,
 }
 
+/// A failed run: why, and the report up to that point.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: PipelineError,
+    pub report: BuildReport,
+}
+
 /// Everything `prepare` produced: the outputs to store and the report to show.
 #[derive(Debug)]
 pub struct Prepared {
@@ -126,13 +133,15 @@ pub fn prepare(
     signer: &ManifestSigner,
     options: &PipelineOptions,
     observer: &mut dyn StageObserver,
-) -> Result<Prepared, (PipelineError, BuildReport)> {
+) -> Result<Prepared, Box<Failed>> {
     let mut report = BuildReport::default();
     let tree_dir = work_dir.join("tree");
     let encoded_dir = work_dir.join("encoded");
     std::fs::create_dir_all(&tree_dir).map_err(|e| {
-        let error = io_failure(unpack::NAME, &e);
-        (error, BuildReport::default())
+        Box::new(Failed {
+            error: io_failure(unpack::NAME, &e),
+            report: BuildReport::default(),
+        })
     })?;
 
     let (tree, unpack_report) = step(observer, &mut report, options, unpack::NAME, |_| {
@@ -157,9 +166,13 @@ pub fn prepare(
     report.record(inventory::NAME, &inventory_report);
 
     let (outputs, encode_report) = step(observer, &mut report, options, encode::NAME, |obs| {
-        encode::run(&tree, &inventory, &encoded_dir, &options.encode, &mut |done| {
-            obs.progress(encode::NAME, done)
-        })
+        encode::run(
+            &tree,
+            &inventory,
+            &encoded_dir,
+            &options.encode,
+            &mut |done| obs.progress(encode::NAME, done),
+        )
         .map_err(|e| PipelineError {
             stage: encode::NAME,
             file: None,
@@ -194,7 +207,7 @@ fn step<T>(
     options: &PipelineOptions,
     stage: &'static str,
     run: impl FnOnce(&mut dyn StageObserver) -> Result<T, PipelineError>,
-) -> Result<T, (PipelineError, BuildReport)> {
+) -> Result<T, Box<Failed>> {
     if !options.stage_pause.is_zero() {
         std::thread::sleep(options.stage_pause);
     }
@@ -209,7 +222,10 @@ fn step<T>(
             observer.failed(stage, start.elapsed(), &error.reason);
             let mut failed = std::mem::take(report);
             failed.error = Some(error.clone());
-            Err((error, failed))
+            Err(Box::new(Failed {
+                error,
+                report: failed,
+            }))
         }
     }
 }

@@ -38,7 +38,11 @@ pub async fn load_signer(config: &Config, db: &Db) -> anyhow::Result<Arc<Manifes
     Ok(Arc::new(signer))
 }
 
-pub async fn job_context(config: &Config, db: Db, storage: Storage) -> anyhow::Result<Arc<JobContext>> {
+pub async fn job_context(
+    config: &Config,
+    db: Db,
+    storage: Storage,
+) -> anyhow::Result<Arc<JobContext>> {
     let signer = load_signer(config, &db).await?;
     let work_root = config.work_dir();
     tokio::fs::create_dir_all(&work_root).await?;

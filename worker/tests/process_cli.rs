@@ -33,7 +33,10 @@ fn process_writes_signed_manifest_objects_and_report() {
     std::fs::write(
         &package,
         zip_with(&[
-            ("index.html", b"<!doctype html><script src=main.js></script>"),
+            (
+                "index.html",
+                b"<!doctype html><script src=main.js></script>",
+            ),
             ("main.js", script.as_bytes()),
             ("models/box.gltf", gltf),
             ("models/mesh.bin", b"\0\0\0\0"),
@@ -43,14 +46,29 @@ fn process_writes_signed_manifest_objects_and_report() {
     let out = dir.path().join("out");
     let key = dir.path().join("key");
     let output = run(
-        &["process", package.to_str().unwrap(), "--out", out.to_str().unwrap(), "--key", key.to_str().unwrap(), "--game", "box"],
+        &[
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--game",
+            "box",
+        ],
         dir.path(),
     );
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 
     let manifest_bytes = std::fs::read(out.join("manifest.json")).unwrap();
     let signature = ManifestSignature::parse_header(
-        std::fs::read_to_string(out.join("manifest.sig")).unwrap().trim(),
+        std::fs::read_to_string(out.join("manifest.sig"))
+            .unwrap()
+            .trim(),
     )
     .unwrap();
     let (signer, _) = ManifestSigner::load_or_generate(&key).unwrap();
@@ -63,7 +81,10 @@ fn process_writes_signed_manifest_objects_and_report() {
     for file in files {
         let object = std::fs::read(out.join(file["key"].as_str().unwrap())).unwrap();
         use sha2::Digest;
-        assert_eq!(hex::encode(sha2::Sha256::digest(&object)), file["sha256"].as_str().unwrap());
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&object)),
+            file["sha256"].as_str().unwrap()
+        );
         for form in file["encodings"].as_array().unwrap() {
             assert!(out.join(form["key"].as_str().unwrap()).exists());
         }
@@ -76,9 +97,17 @@ fn process_writes_signed_manifest_objects_and_report() {
         .iter()
         .map(|f| (f["path"].as_str().unwrap(), f["kind"].as_str().unwrap()))
         .collect();
-    assert!(kinds.contains(&("models/mesh.bin", "gltf-buffer")), "{kinds:?}");
+    assert!(
+        kinds.contains(&("models/mesh.bin", "gltf-buffer")),
+        "{kinds:?}"
+    );
     assert!(kinds.contains(&("main.js", "js")));
-    let js = report["files"].as_array().unwrap().iter().find(|f| f["path"] == "main.js").unwrap();
+    let js = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "main.js")
+        .unwrap();
     assert!(js["brotli_bytes"].as_u64().unwrap() < js["bytes_before"].as_u64().unwrap());
     // Nothing left behind but the outputs.
     let leftovers: Vec<String> = std::fs::read_dir(&out)
@@ -95,7 +124,15 @@ fn process_refuses_a_hostile_package_and_says_why() {
     let package = dir.path().join("evil.zip");
     std::fs::write(&package, zip_with(&[("../../evil.js", b"x")])).unwrap();
     let out = dir.path().join("out");
-    let output = run(&["process", package.to_str().unwrap(), "--out", out.to_str().unwrap()], dir.path());
+    let output = run(
+        &[
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("parent directory"), "{stderr}");
@@ -104,11 +141,22 @@ fn process_refuses_a_hostile_package_and_says_why() {
     assert_eq!(report["error"]["stage"], "unpack");
     assert_eq!(report["error"]["file"], "../../evil.js");
     assert!(!dir.path().join("evil.js").exists());
-    assert!(!out.join("manifest.json").exists(), "no manifest for a refused package");
+    assert!(
+        !out.join("manifest.json").exists(),
+        "no manifest for a refused package"
+    );
 
     let not_a_package = dir.path().join("notes.txt");
     std::fs::write(&not_a_package, "hello").unwrap();
-    let output = run(&["process", not_a_package.to_str().unwrap(), "--out", out.to_str().unwrap()], dir.path());
+    let output = run(
+        &[
+            "process",
+            not_a_package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a zip or tar.gz"));
 }

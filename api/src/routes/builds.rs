@@ -61,7 +61,13 @@ async fn view(state: &AppState, build: BuildRow) -> ApiResult<BuildView> {
     } else {
         stages
             .iter()
-            .map(|s| if s.status == "succeeded" { 1.0 } else { s.progress.clamp(0.0, 1.0) })
+            .map(|s| {
+                if s.status == "succeeded" {
+                    1.0
+                } else {
+                    s.progress.clamp(0.0, 1.0)
+                }
+            })
             .sum::<f64>()
             / stages.len() as f64
     };

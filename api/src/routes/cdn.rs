@@ -150,7 +150,12 @@ fn etag_for(key: &str, encoding: Option<Encoding>) -> String {
     }
 }
 
-async fn serve(state: &AppState, key: &str, headers: &HeaderMap, cache_control: &'static str) -> ApiResult<Response> {
+async fn serve(
+    state: &AppState,
+    key: &str,
+    headers: &HeaderMap,
+    cache_control: &'static str,
+) -> ApiResult<Response> {
     let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     // A range names bytes of one representation; we serve ranges of the identity bytes only.
     let mut chosen: Option<(Encoding, String)> = None;
@@ -168,15 +173,21 @@ async fn serve(state: &AppState, key: &str, headers: &HeaderMap, cache_control: 
     let etag = etag_for(key, encoding);
 
     let mut out = HeaderMap::new();
-    out.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache_control));
-    out.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex etag"));
+    out.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
+    out.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).expect("hex etag"),
+    );
     out.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
     out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    out.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     out.insert(
-        "access-control-allow-origin",
-        HeaderValue::from_static("*"),
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
     );
+    out.insert("access-control-allow-origin", HeaderValue::from_static("*"));
     if etag_matches(headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, out).into_response());
     }
@@ -191,7 +202,10 @@ async fn serve(state: &AppState, key: &str, headers: &HeaderMap, cache_control: 
         HeaderValue::from_str(&meta.headers.content_type).expect("ascii content type"),
     );
     if let Some(e) = encoding {
-        out.insert(header::CONTENT_ENCODING, HeaderValue::from_static(e.token()));
+        out.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static(e.token()),
+        );
     }
     // If-Range: a range only applies to the representation the client already has part of.
     let if_range_ok = headers
@@ -214,7 +228,8 @@ async fn serve(state: &AppState, key: &str, headers: &HeaderMap, cache_control: 
             let (_, stream) = state.storage.open(object_key, Some((first, last))).await?;
             out.insert(
                 header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes {first}-{last}/{}", meta.size)).expect("ascii"),
+                HeaderValue::from_str(&format!("bytes {first}-{last}/{}", meta.size))
+                    .expect("ascii"),
             );
             out.insert(header::CONTENT_LENGTH, HeaderValue::from(last - first + 1));
             Ok((StatusCode::PARTIAL_CONTENT, out, Body::from_stream(stream)).into_response())
@@ -246,11 +261,20 @@ mod tests {
     #[test]
     fn encodings_follow_q_values() {
         let mut h = HeaderMap::new();
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate, br"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip, deflate, br"),
+        );
         assert_eq!(accepted_encodings(&h), vec![Encoding::Br, Encoding::Gzip]);
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("br;q=0.5, gzip;q=0.9"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("br;q=0.5, gzip;q=0.9"),
+        );
         assert_eq!(accepted_encodings(&h), vec![Encoding::Gzip, Encoding::Br]);
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("br;q=0, identity"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("br;q=0, identity"),
+        );
         assert!(accepted_encodings(&h).is_empty());
     }
 }

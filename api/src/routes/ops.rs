@@ -51,11 +51,18 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     if let Ok(oldest) = state.db.oldest_queued().await {
         let age = oldest
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-            .map_or(0, |t| (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0));
+            .map_or(0, |t| {
+                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                    .num_seconds()
+                    .max(0)
+            });
         metrics::QUEUE_OLDEST_AGE.set(age);
     }
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         metrics::render(),
     )
         .into_response()

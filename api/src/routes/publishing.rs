@@ -27,7 +27,9 @@ pub async fn manifest(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let Some(row) = state.db.live_manifest(&game).await? else {
-        return Err(ApiError::not_found(format!("game {game:?} has no published manifest")));
+        return Err(ApiError::not_found(format!(
+            "game {game:?} has no published manifest"
+        )));
     };
     let signature = ManifestSignature {
         kid: row.kid.clone(),
@@ -38,12 +40,18 @@ pub async fn manifest(
     let etag = format!("\"{}\"", row.sha256);
     let mut response_headers = HeaderMap::new();
     response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(SHORT_LIVED));
-    response_headers.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex etag"));
+    response_headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).expect("hex etag"),
+    );
     response_headers.insert(
         "kiln-signature",
         HeaderValue::from_str(&signature.header_value()).expect("ascii signature"),
     );
-    response_headers.insert("kiln-build-id", HeaderValue::from_str(&row.build_id).expect("uuid"));
+    response_headers.insert(
+        "kiln-build-id",
+        HeaderValue::from_str(&row.build_id).expect("uuid"),
+    );
     if crate::routes::cdn::etag_matches(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
     }

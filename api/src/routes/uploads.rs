@@ -51,8 +51,7 @@ pub fn valid_game(name: &str) -> bool {
 
 fn valid_version(v: &str) -> bool {
     (1..=128).contains(&v.len())
-        && v
-            .bytes()
+        && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'+'))
 }
 
@@ -61,12 +60,18 @@ fn format_from_content_type(headers: &HeaderMap) -> ApiResult<PackageFormat> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let mime = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let mime = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     match mime.as_str() {
         "application/zip" | "application/x-zip-compressed" => Ok(PackageFormat::Zip),
-        "application/gzip" | "application/x-gzip" | "application/x-tar+gzip" | "application/tar+gzip" => {
-            Ok(PackageFormat::TarGz)
-        }
+        "application/gzip"
+        | "application/x-gzip"
+        | "application/x-tar+gzip"
+        | "application/tar+gzip" => Ok(PackageFormat::TarGz),
         _ => Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -144,8 +149,13 @@ pub async fn upload(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    if idempotency_key.as_ref().is_some_and(|k| k.is_empty() || k.len() > 255) {
-        return Err(ApiError::bad_request("Idempotency-Key must be 1-255 characters"));
+    if idempotency_key
+        .as_ref()
+        .is_some_and(|k| k.is_empty() || k.len() > 255)
+    {
+        return Err(ApiError::bad_request(
+            "Idempotency-Key must be 1-255 characters",
+        ));
     }
 
     let owner = state.db.claim_game(&game, &team).await?;
@@ -159,12 +169,17 @@ pub async fn upload(
     if let Some(key) = &idempotency_key
         && let Some(existing) = state.db.build_by_idempotency_key(&team, key).await?
     {
-        return Ok((StatusCode::OK, Json(response(&state, &existing.id, &existing.status, true))));
+        return Ok((
+            StatusCode::OK,
+            Json(response(&state, &existing.id, &existing.status, true)),
+        ));
     }
 
-    let _slot = state.upload_slots.clone().try_acquire_owned().map_err(|_| {
-        ApiError::unavailable("too many uploads in progress; retry shortly")
-    })?;
+    let _slot = state
+        .upload_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::unavailable("too many uploads in progress; retry shortly"))?;
 
     // Look at the first bytes before storing anything: the format must be what was declared.
     let mut stream = body.into_data_stream();
@@ -209,10 +224,15 @@ pub async fn upload(
         Ok(_) => {}
         Err(StorageError::Source(e)) => {
             let _ = state.storage.delete(&package_key).await;
-            return Err(match e.get_ref().and_then(|inner| inner.downcast_ref::<BodyStop>()) {
-                Some(BodyStop::TooLarge(limit)) => too_large(*limit),
-                _ => ApiError::bad_request(format!("upload interrupted: {e}")),
-            });
+            return Err(
+                match e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<BodyStop>())
+                {
+                    Some(BodyStop::TooLarge(limit)) => too_large(*limit),
+                    _ => ApiError::bad_request(format!("upload interrupted: {e}")),
+                },
+            );
         }
         Err(e) => {
             let _ = state.storage.delete(&package_key).await;
@@ -243,7 +263,10 @@ pub async fn upload(
         Ok(Inserted::Existing(existing)) => {
             // Same bytes for the same game and version: keep the first upload only.
             let _ = state.storage.delete(&package_key).await;
-            return Ok((StatusCode::OK, Json(response(&state, &existing.id, &existing.status, true))));
+            return Ok((
+                StatusCode::OK,
+                Json(response(&state, &existing.id, &existing.status, true)),
+            ));
         }
         Err(e) => {
             let _ = state.storage.delete(&package_key).await;
@@ -254,12 +277,19 @@ pub async fn upload(
         let reason = format!("could not queue the build: {e}");
         let _ = state
             .db
-            .set_build_status(&build.id, kiln_common::db::BuildStatus::Failed, Some(&reason))
+            .set_build_status(
+                &build.id,
+                kiln_common::db::BuildStatus::Failed,
+                Some(&reason),
+            )
             .await;
         return Err(ApiError::unavailable(reason));
     }
     tracing::info!(build_id = %build.id, %game, version = %query.version, bytes = size, %sha256, "package stored and queued");
-    Ok((StatusCode::ACCEPTED, Json(response(&state, &build.id, &build.status, false))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(response(&state, &build.id, &build.status, false)),
+    ))
 }
 
 fn too_large(limit: u64) -> ApiError {

@@ -31,7 +31,10 @@ pub struct Kiln {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 /// The config for a deployment, in a fresh temp dir (and database, for PostgreSQL).
@@ -57,7 +60,8 @@ pub async fn config_for(deployment: Deployment, dir: &Path) -> (Config, Option<S
         conn.close().await;
         let base = admin_url.rsplit_once('/').unwrap().0;
         config.database_url = format!("{base}/{name}");
-        config.storage.s3_bucket = std::env::var("KILN_TEST_S3_BUCKET").expect("KILN_TEST_S3_BUCKET");
+        config.storage.s3_bucket =
+            std::env::var("KILN_TEST_S3_BUCKET").expect("KILN_TEST_S3_BUCKET");
         config.storage.s3_endpoint =
             std::env::var("KILN_TEST_S3_ENDPOINT").expect("KILN_TEST_S3_ENDPOINT");
         config.storage.s3_region = std::env::var("KILN_TEST_S3_REGION").unwrap_or("garage".into());
@@ -109,9 +113,11 @@ impl Kiln {
         }
         if let Some(name) = self.pg_database.take() {
             let admin = sqlx_admin(&std::env::var("KILN_TEST_PG_URL").unwrap()).await;
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                .execute(&admin)
-                .await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&admin)
+            .await;
         }
     }
 
@@ -121,7 +127,9 @@ impl Kiln {
             .http
             .post(format!("{}/v1/teams", self.url))
             .bearer_auth(ADMIN)
-            .json(&serde_json::json!({ "name": format!("{name}-{}", uuid::Uuid::new_v4().simple()) }))
+            .json(
+                &serde_json::json!({ "name": format!("{name}-{}", uuid::Uuid::new_v4().simple()) }),
+            )
             .send()
             .await
             .unwrap()
@@ -152,7 +160,10 @@ impl Kiln {
     ) -> (u16, Value) {
         let response = self
             .http
-            .post(format!("{}/v1/games/{game}/builds?version={version}", self.url))
+            .post(format!(
+                "{}/v1/games/{game}/builds?version={version}",
+                self.url
+            ))
             .bearer_auth(token)
             .header("content-type", content_type)
             .body(body)
@@ -181,7 +192,8 @@ impl Kiln {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let addr = self.url.trim_start_matches("http://");
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n");
+        let mut head =
+            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n");
         for (name, value) in headers {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
@@ -193,19 +205,27 @@ impl Kiln {
             .expect("the server answers without waiting for the body")
             .unwrap();
         let text = String::from_utf8_lossy(&buf[..n]);
-        text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+        text.split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Polls the build until it is published or failed.
     pub async fn wait_for_build(&self, token: &str, build_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let (code, status) = self.get_json(token, &format!("/v1/builds/{build_id}")).await;
+            let (code, status) = self
+                .get_json(token, &format!("/v1/builds/{build_id}"))
+                .await;
             assert_eq!(code, 200, "{status}");
             if matches!(status["status"].as_str(), Some("published" | "failed")) {
                 return status;
             }
-            assert!(Instant::now() < deadline, "build {build_id} never finished: {status}");
+            assert!(
+                Instant::now() < deadline,
+                "build {build_id} never finished: {status}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

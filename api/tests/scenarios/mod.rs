@@ -15,7 +15,13 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
     let (_, token) = kiln.team("publish").await;
     let package = sample_package();
     let (code, accepted) = kiln
-        .upload(&token, "sample-game", "1.0.0", "application/zip", package.clone())
+        .upload(
+            &token,
+            "sample-game",
+            "1.0.0",
+            "application/zip",
+            package.clone(),
+        )
         .await;
     assert_eq!(code, 202, "{accepted}");
     for field in ["build_id", "status", "status_url", "events_url"] {
@@ -69,7 +75,10 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         .await
         .unwrap();
     assert_eq!(manifest.status(), 200);
-    let cache = manifest.headers()["cache-control"].to_str().unwrap().to_string();
+    let cache = manifest.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let max_age: u64 = cache
         .split(',')
         .find_map(|p| p.trim().strip_prefix("max-age="))
@@ -77,10 +86,9 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         .parse()
         .unwrap();
     assert!(max_age <= 60, "{cache}");
-    let signature = ManifestSignature::parse_header(
-        manifest.headers()["kiln-signature"].to_str().unwrap(),
-    )
-    .expect("Kiln-Signature: keyid=…, sig=…");
+    let signature =
+        ManifestSignature::parse_header(manifest.headers()["kiln-signature"].to_str().unwrap())
+            .expect("Kiln-Signature: keyid=…, sig=…");
     let bytes = manifest.bytes().await.unwrap();
     let jwks: Value = kiln
         .http
@@ -92,14 +100,26 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         .await
         .unwrap();
     let keys: Vec<Jwk> = serde_json::from_value(jwks["keys"].clone()).unwrap();
-    let key = keys.iter().find(|k| k.kid == signature.kid).expect("signing key listed");
+    let key = keys
+        .iter()
+        .find(|k| k.kid == signature.kid)
+        .expect("signing key listed");
     assert_eq!((key.kty.as_str(), key.crv.as_str()), ("OKP", "Ed25519"));
     assert!(key.verify(&bytes, &signature), "signature verifies");
     let mut tampered = bytes.to_vec();
     tampered[10] ^= 1;
-    assert!(!key.verify(&tampered, &signature), "a changed byte fails verification");
+    assert!(
+        !key.verify(&tampered, &signature),
+        "a changed byte fails verification"
+    );
     // No private material anywhere in the JWKS.
-    assert!(jwks["keys"].as_array().unwrap().iter().all(|k| k.get("d").is_none()));
+    assert!(
+        jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| k.get("d").is_none())
+    );
 
     let manifest: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(manifest["game"], "sample-game");
@@ -107,7 +127,12 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
     assert_eq!(manifest["build_id"], id.as_str());
     let files = manifest["files"].as_array().unwrap();
     let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
-    for expected in ["index.html", "game.js", "assets/Fox.glb", "vendor/three.module.min.js"] {
+    for expected in [
+        "index.html",
+        "game.js",
+        "assets/Fox.glb",
+        "vendor/three.module.min.js",
+    ] {
         assert!(paths.contains(&expected), "{expected} in {paths:?}");
     }
     let mut saw_brotli = false;
@@ -127,7 +152,10 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
             let response = kiln
                 .http
                 .get(url)
-                .header("accept-encoding", if encoding == "br" { "br" } else { "gzip" })
+                .header(
+                    "accept-encoding",
+                    if encoding == "br" { "br" } else { "gzip" },
+                )
                 .send()
                 .await
                 .unwrap();
@@ -151,15 +179,23 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
     assert!(saw_brotli, "text files get a brotli form");
 
     // The report lists every file with bytes before and after.
-    let (code, report) = kiln.get_json(&token, &format!("/v1/builds/{id}/report")).await;
+    let (code, report) = kiln
+        .get_json(&token, &format!("/v1/builds/{id}/report"))
+        .await;
     assert_eq!(code, 200);
     let reported = report["files"].as_array().unwrap();
     assert_eq!(reported.len(), files.len());
-    let fox = reported.iter().find(|f| f["path"] == "assets/Fox.glb").unwrap();
+    let fox = reported
+        .iter()
+        .find(|f| f["path"] == "assets/Fox.glb")
+        .unwrap();
     assert_eq!(fox["kind"], "glb");
     assert!(fox["bytes_before"].as_u64().unwrap() > 100_000);
     assert!(fox["bytes_after"].is_u64());
-    assert!(kiln.package_kept(&id, "zip").await, "the original upload is kept");
+    assert!(
+        kiln.package_kept(&id, "zip").await,
+        "the original upload is kept"
+    );
 
     // The game runs from the live build under its own paths.
     let page = kiln
@@ -179,18 +215,36 @@ pub async fn reupload_returns_the_existing_build(deployment: Deployment) {
     let (_, token) = kiln.team("idem").await;
     let package = zip_with(&[("index.html", b"<html>idempotent</html>")]);
     let (code, first) = kiln
-        .upload(&token, "idem-game", "2.0", "application/zip", package.clone())
+        .upload(
+            &token,
+            "idem-game",
+            "2.0",
+            "application/zip",
+            package.clone(),
+        )
         .await;
     assert_eq!(code, 202, "{first}");
     let (code, second) = kiln
-        .upload(&token, "idem-game", "2.0", "application/zip", package.clone())
+        .upload(
+            &token,
+            "idem-game",
+            "2.0",
+            "application/zip",
+            package.clone(),
+        )
         .await;
     assert_eq!(code, 200, "{second}");
     assert_eq!(second["build_id"], first["build_id"]);
     assert_eq!(second["existing"], true);
     // Another version of the same bytes is a new build.
     let (code, third) = kiln
-        .upload(&token, "idem-game", "2.1", "application/zip", package.clone())
+        .upload(
+            &token,
+            "idem-game",
+            "2.1",
+            "application/zip",
+            package.clone(),
+        )
         .await;
     assert_eq!(code, 202, "{third}");
     assert_ne!(third["build_id"], first["build_id"]);
@@ -199,14 +253,22 @@ pub async fn reupload_returns_the_existing_build(deployment: Deployment) {
     // body differs (the key wins, as in Stripe's convention).
     let send = |body: Vec<u8>| {
         kiln.http
-            .post(format!("{}/v1/games/idem-game/builds?version=3.0", kiln.url))
+            .post(format!(
+                "{}/v1/games/idem-game/builds?version=3.0",
+                kiln.url
+            ))
             .bearer_auth(&token)
             .header("content-type", "application/zip")
             .header("idempotency-key", "ci-run-42")
             .body(body)
             .send()
     };
-    let a: Value = send(zip_with(&[("a.html", b"a")])).await.unwrap().json().await.unwrap();
+    let a: Value = send(zip_with(&[("a.html", b"a")]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let retry = send(zip_with(&[("b.html", b"b")])).await.unwrap();
     assert_eq!(retry.status(), 200);
     let b: Value = retry.json().await.unwrap();
@@ -231,7 +293,13 @@ pub async fn teams_are_isolated(deployment: Deployment) {
     let (_, bob) = kiln.team("bob").await;
     let package = zip_with(&[("index.html", b"<html>alice</html>")]);
     let (code, build) = kiln
-        .upload(&alice, "alice-game", "1", "application/zip", package.clone())
+        .upload(
+            &alice,
+            "alice-game",
+            "1",
+            "application/zip",
+            package.clone(),
+        )
         .await;
     assert_eq!(code, 202);
     let id = build["build_id"].as_str().unwrap();
@@ -247,7 +315,9 @@ pub async fn teams_are_isolated(deployment: Deployment) {
         .upload(&bob, "alice-game", "1", "application/zip", package.clone())
         .await;
     assert_eq!(code, 403, "bob uploads to alice's game: {body}");
-    let (code, _) = kiln.get_json("kiln_not_a_token", &format!("/v1/builds/{id}")).await;
+    let (code, _) = kiln
+        .get_json("kiln_not_a_token", &format!("/v1/builds/{id}"))
+        .await;
     assert_eq!(code, 401);
     let anonymous = kiln
         .http
@@ -283,22 +353,46 @@ pub async fn bad_packages_get_clear_errors(deployment: Deployment) {
     let (_, token) = kiln.team("bad").await;
 
     // Refused at upload, before anything is stored.
-    let (code, body) = kiln.upload(&token, "bad", "1", "text/plain", b"hello".to_vec()).await;
+    let (code, body) = kiln
+        .upload(&token, "bad", "1", "text/plain", b"hello".to_vec())
+        .await;
     assert_eq!(code, 415, "{body}");
     let (code, body) = kiln
-        .upload(&token, "bad", "1", "application/zip", b"this is not a zip".to_vec())
+        .upload(
+            &token,
+            "bad",
+            "1",
+            "application/zip",
+            b"this is not a zip".to_vec(),
+        )
         .await;
     assert_eq!(code, 400, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("not a zip"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a zip"),
+        "{body}"
+    );
     let (code, body) = kiln
-        .upload(&token, "bad", "1", "application/gzip", zip_with(&[("a", b"a")]))
+        .upload(
+            &token,
+            "bad",
+            "1",
+            "application/gzip",
+            zip_with(&[("a", b"a")]),
+        )
         .await;
     assert_eq!(code, 400, "zip declared as gzip: {body}");
     let code = kiln
         .status_for_head(
             &token,
             "/v1/games/bad/builds?version=1",
-            &[("Content-Type", "application/zip"), ("Content-Length", "9437184"), ("Expect", "100-continue")],
+            &[
+                ("Content-Type", "application/zip"),
+                ("Content-Length", "9437184"),
+                ("Expect", "100-continue"),
+            ],
         )
         .await;
     assert_eq!(code, 413, "declared length over the limit");
@@ -322,14 +416,23 @@ pub async fn bad_packages_get_clear_errors(deployment: Deployment) {
         assert_eq!(response.status(), 413);
     }
     let (code, body) = kiln
-        .upload(&token, "Bad Name", "1", "application/zip", zip_with(&[("a", b"a")]))
+        .upload(
+            &token,
+            "Bad Name",
+            "1",
+            "application/zip",
+            zip_with(&[("a", b"a")]),
+        )
         .await;
     assert_eq!(code, 400, "{body}");
 
     // Accepted (the API can't tell), then failed with the entry and the reason.
     let sentinel = kiln.dir.path().join("escaped.txt");
     let many: Vec<(String, Vec<u8>)> = (0..60).map(|i| (format!("f{i}.txt"), vec![b'x'])).collect();
-    let many_refs: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+    let many_refs: Vec<(&str, &[u8])> = many
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_slice()))
+        .collect();
     let zeros = vec![0u8; 40 * 1024 * 1024];
     // Compresses about 25:1: big, but not a bomb.
     let mut seed = 7u32;
@@ -346,32 +449,134 @@ pub async fn bad_packages_get_clear_errors(deployment: Deployment) {
     corrupt[mid..mid + 8].copy_from_slice(b"GARBAGE!");
     let traversal_path = format!("../../../../../../../{}", sentinel.display());
     let cases: Vec<(&str, &str, Vec<u8>, &str)> = vec![
-        ("traversal", "application/zip", zip_with(&[("ok.html", b"1"), (traversal_path.as_str(), b"pwned")]), "parent directory"),
-        ("absolute", "application/zip", zip_with(&[(sentinel.to_str().unwrap(), b"pwned")]), "absolute path"),
-        ("drive letter", "application/zip", zip_with(&[("C:/windows/evil.dll", b"x")]), "drive letter"),
-        ("backslash", "application/zip", zip_with(&[("..\\..\\evil.js", b"x")]), "backslash"),
-        ("zip symlink", "application/zip", zip_with_symlink(), "links are not allowed"),
-        ("duplicate", "application/zip", zip_renamed(&[("a.js", b"1"), ("b.js", b"2")], "b.js", "a.js"), "duplicate"),
-        ("alias duplicate", "application/zip", zip_with(&[("js/a.js", b"1"), ("js//a.js", b"2")]), "duplicate"),
-        ("too many entries", "application/zip", zip_with(&many_refs), "more than 50 entries"),
-        ("too many bytes", "application/zip", zip_with(&[("a.bin", &sparse), ("b.bin", &sparse)]), "expands beyond"),
-        ("bomb ratio", "application/zip", zip_with(&[("zeros.bin", &zeros)]), "decompression bomb"),
-        ("truncated zip", "application/zip", truncated, "corrupt or truncated zip"),
-        ("corrupt zip", "application/zip", corrupt, "corrupt or truncated zip"),
-        ("tar symlink", "application/gzip", tar_gz_with(&[TarEntry::File("index.html", b"1"), TarEntry::Symlink("evil", "/etc/passwd")]), "links are not allowed"),
-        ("tar hard link", "application/gzip", tar_gz_with(&[TarEntry::File("index.html", b"1"), TarEntry::HardLink("evil", "/etc/passwd")]), "links are not allowed"),
-        ("tar fifo", "application/gzip", tar_gz_with(&[TarEntry::Fifo("pipe")]), "unsupported entry type"),
-        ("tar traversal", "application/gzip", tar_gz_with(&[TarEntry::RawFile(b"../../escaped.txt", b"pwned")]), "parent directory"),
-        ("tar truncated", "application/gzip", {
-            let t = tar_gz_with(&[TarEntry::File("index.html", &[7u8; 100_000])]);
-            t[..t.len() / 2].to_vec()
-        }, "corrupt or truncated tar.gz"),
-        ("empty", "application/zip", zip_with(&[]), "package is empty"),
+        (
+            "traversal",
+            "application/zip",
+            zip_with(&[("ok.html", b"1"), (traversal_path.as_str(), b"pwned")]),
+            "parent directory",
+        ),
+        (
+            "absolute",
+            "application/zip",
+            zip_with(&[(sentinel.to_str().unwrap(), b"pwned")]),
+            "absolute path",
+        ),
+        (
+            "drive letter",
+            "application/zip",
+            zip_with(&[("C:/windows/evil.dll", b"x")]),
+            "drive letter",
+        ),
+        (
+            "backslash",
+            "application/zip",
+            zip_with(&[("..\\..\\evil.js", b"x")]),
+            "backslash",
+        ),
+        (
+            "zip symlink",
+            "application/zip",
+            zip_with_symlink(),
+            "links are not allowed",
+        ),
+        (
+            "duplicate",
+            "application/zip",
+            zip_renamed(&[("a.js", b"1"), ("b.js", b"2")], "b.js", "a.js"),
+            "duplicate",
+        ),
+        (
+            "alias duplicate",
+            "application/zip",
+            zip_with(&[("js/a.js", b"1"), ("js//a.js", b"2")]),
+            "duplicate",
+        ),
+        (
+            "too many entries",
+            "application/zip",
+            zip_with(&many_refs),
+            "more than 50 entries",
+        ),
+        (
+            "too many bytes",
+            "application/zip",
+            zip_with(&[("a.bin", &sparse), ("b.bin", &sparse)]),
+            "expands beyond",
+        ),
+        (
+            "bomb ratio",
+            "application/zip",
+            zip_with(&[("zeros.bin", &zeros)]),
+            "decompression bomb",
+        ),
+        (
+            "truncated zip",
+            "application/zip",
+            truncated,
+            "corrupt or truncated zip",
+        ),
+        (
+            "corrupt zip",
+            "application/zip",
+            corrupt,
+            "corrupt or truncated zip",
+        ),
+        (
+            "tar symlink",
+            "application/gzip",
+            tar_gz_with(&[
+                TarEntry::File("index.html", b"1"),
+                TarEntry::Symlink("evil", "/etc/passwd"),
+            ]),
+            "links are not allowed",
+        ),
+        (
+            "tar hard link",
+            "application/gzip",
+            tar_gz_with(&[
+                TarEntry::File("index.html", b"1"),
+                TarEntry::HardLink("evil", "/etc/passwd"),
+            ]),
+            "links are not allowed",
+        ),
+        (
+            "tar fifo",
+            "application/gzip",
+            tar_gz_with(&[TarEntry::Fifo("pipe")]),
+            "unsupported entry type",
+        ),
+        (
+            "tar traversal",
+            "application/gzip",
+            tar_gz_with(&[TarEntry::RawFile(b"../../escaped.txt", b"pwned")]),
+            "parent directory",
+        ),
+        (
+            "tar truncated",
+            "application/gzip",
+            {
+                let t = tar_gz_with(&[TarEntry::File("index.html", &[7u8; 100_000])]);
+                t[..t.len() / 2].to_vec()
+            },
+            "corrupt or truncated tar.gz",
+        ),
+        (
+            "empty",
+            "application/zip",
+            zip_with(&[]),
+            "package is empty",
+        ),
     ];
     let mut builds = Vec::new();
     for (n, (name, content_type, body, _)) in cases.iter().enumerate() {
         let (code, accepted) = kiln
-            .upload(&token, "bad", &format!("case-{n}"), content_type, body.clone())
+            .upload(
+                &token,
+                "bad",
+                &format!("case-{n}"),
+                content_type,
+                body.clone(),
+            )
             .await;
         assert_eq!(code, 202, "{name}: {accepted}");
         builds.push(accepted["build_id"].as_str().unwrap().to_string());
@@ -380,17 +585,32 @@ pub async fn bad_packages_get_clear_errors(deployment: Deployment) {
         let status = kiln.wait_for_build(&token, id).await;
         assert_eq!(status["status"], "failed", "{name}: {status}");
         let error = status["error"].as_str().unwrap_or("");
-        assert!(error.contains(reason), "{name}: expected {reason:?} in {error:?}");
+        assert!(
+            error.contains(reason),
+            "{name}: expected {reason:?} in {error:?}"
+        );
         let unpack = &status["stages"][0];
         assert_eq!(unpack["name"], "unpack");
         assert_eq!(unpack["status"], "failed", "{name}: {unpack}");
-        let (code, report) = kiln.get_json(&token, &format!("/v1/builds/{id}/report")).await;
+        let (code, report) = kiln
+            .get_json(&token, &format!("/v1/builds/{id}/report"))
+            .await;
         assert_eq!(code, 200, "{name}");
         assert_eq!(report["error"]["stage"], "unpack", "{name}: {report}");
-        let ext = if *content_type == "application/zip" { "zip" } else { "tar.gz" };
-        assert!(kiln.package_kept(id, ext).await, "{name}: the original upload is kept");
+        let ext = if *content_type == "application/zip" {
+            "zip"
+        } else {
+            "tar.gz"
+        };
+        assert!(
+            kiln.package_kept(id, ext).await,
+            "{name}: the original upload is kept"
+        );
     }
-    assert!(!sentinel.exists(), "nothing is written outside the work directory");
+    assert!(
+        !sentinel.exists(),
+        "nothing is written outside the work directory"
+    );
     assert!(!kiln.dir.path().join("escaped.txt").exists());
     // A bad package never leaves a manifest behind.
     let manifest = kiln
@@ -401,7 +621,12 @@ pub async fn bad_packages_get_clear_errors(deployment: Deployment) {
         .unwrap();
     assert_eq!(manifest.status(), 404);
     // And the server is still healthy.
-    let health = kiln.http.get(format!("{}/healthz", kiln.url)).send().await.unwrap();
+    let health = kiln
+        .http
+        .get(format!("{}/healthz", kiln.url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
     kiln.stop().await;
 }
@@ -411,7 +636,10 @@ pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
     let kiln = Kiln::start(deployment).await;
     let (_, token) = kiln.team("cdn").await;
     let script = "export function tick(t) { return Math.sin(t) * 42; }\n".repeat(400);
-    let package = zip_with(&[("index.html", b"<html>cdn</html>"), ("main.js", script.as_bytes())]);
+    let package = zip_with(&[
+        ("index.html", b"<html>cdn</html>"),
+        ("main.js", script.as_bytes()),
+    ]);
     let (_, accepted) = kiln
         .upload(&token, "cdn-game", "1", "application/zip", package)
         .await;
@@ -445,9 +673,16 @@ pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
     assert_eq!(h["content-type"], "text/javascript; charset=utf-8");
     assert_eq!(h["accept-ranges"], "bytes");
     assert_eq!(h["content-length"], size.to_string().as_str());
-    assert!(h.get("content-encoding").is_none(), "identity without Accept-Encoding");
+    assert!(
+        h.get("content-encoding").is_none(),
+        "identity without Accept-Encoding"
+    );
     let etag = h["etag"].to_str().unwrap().to_string();
-    assert_eq!(etag, format!("\"{}\"", file["sha256"].as_str().unwrap()), "strong ETag");
+    assert_eq!(
+        etag,
+        format!("\"{}\"", file["sha256"].as_str().unwrap()),
+        "strong ETag"
+    );
     let body = full.bytes().await.unwrap();
 
     let not_modified = kiln
@@ -468,9 +703,18 @@ pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
         .await
         .unwrap();
     assert_eq!(partial.status(), 206);
-    assert_eq!(partial.headers()["content-range"], format!("bytes 10-99/{size}").as_str());
+    assert_eq!(
+        partial.headers()["content-range"],
+        format!("bytes 10-99/{size}").as_str()
+    );
     assert_eq!(&partial.bytes().await.unwrap()[..], &body[10..100]);
-    let suffix = kiln.http.get(&url).header("range", "bytes=-5").send().await.unwrap();
+    let suffix = kiln
+        .http
+        .get(&url)
+        .header("range", "bytes=-5")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(suffix.status(), 206);
     assert_eq!(&suffix.bytes().await.unwrap()[..], &body[body.len() - 5..]);
     let unsatisfiable = kiln
@@ -481,7 +725,10 @@ pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
         .await
         .unwrap();
     assert_eq!(unsatisfiable.status(), 416);
-    assert_eq!(unsatisfiable.headers()["content-range"], format!("bytes */{size}").as_str());
+    assert_eq!(
+        unsatisfiable.headers()["content-range"],
+        format!("bytes */{size}").as_str()
+    );
 
     let br = kiln
         .http
@@ -516,7 +763,11 @@ pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
 
     // Nothing but published objects: no packages, no path tricks.
     for bad in [
-        format!("{}/cdn/packages/{}.zip", kiln.url, accepted["build_id"].as_str().unwrap()),
+        format!(
+            "{}/cdn/packages/{}.zip",
+            kiln.url,
+            accepted["build_id"].as_str().unwrap()
+        ),
         format!("{}/cdn/files/../packages/x.zip", kiln.url),
         format!("{}/cdn/files/%2e%2e/%2e%2e/etc/passwd", kiln.url),
         format!("{}/cdn/files/00/nothing.js", kiln.url),
@@ -549,7 +800,12 @@ pub async fn operations_endpoints(deployment: Deployment) {
     }
     let openapi: Value = get("/v1/openapi.json").await.unwrap().json().await.unwrap();
     assert!(openapi["openapi"].as_str().unwrap().starts_with("3."));
-    for path in ["/v1/games/{game}/builds", "/v1/builds/{id}", "/v1/keys", "/cdn/{key}"] {
+    for path in [
+        "/v1/games/{game}/builds",
+        "/v1/builds/{id}",
+        "/v1/keys",
+        "/cdn/{key}",
+    ] {
         assert!(openapi["paths"].get(path).is_some(), "{path} documented");
     }
     kiln.stop().await;
@@ -572,7 +828,10 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
             .env("KILN_DATABASE_URL", kiln.config.database_url())
             .env("KILN_PUBLIC_URL", &kiln.url)
             .env("KILN_SIGNING_KEY_FILE", &key_file)
-            .env("KILN_WORK_DIR", kiln.dir.path().join(format!("work-{pause_ms}")))
+            .env(
+                "KILN_WORK_DIR",
+                kiln.dir.path().join(format!("work-{pause_ms}")),
+            )
             .env("KILN_WORKER_HEARTBEAT_SECS", "1")
             .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
             .env("RUST_LOG", "warn")
@@ -587,7 +846,13 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
 
     let mut first = spawn_worker(1500);
     let (code, accepted) = kiln
-        .upload(&token, "crash-game", "1", "application/zip", package.clone())
+        .upload(
+            &token,
+            "crash-game",
+            "1",
+            "application/zip",
+            package.clone(),
+        )
         .await;
     assert_eq!(code, 202, "{accepted}");
     let id = accepted["build_id"].as_str().unwrap().to_string();
@@ -597,12 +862,18 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
         let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
         let started = status["stages"]
             .as_array()
-            .map(|s| s.iter().any(|s| s["status"] == "running" || s["status"] == "succeeded"))
+            .map(|s| {
+                s.iter()
+                    .any(|s| s["status"] == "running" || s["status"] == "succeeded")
+            })
             .unwrap_or(false);
         if status["status"] == "processing" && started {
             break;
         }
-        assert!(Instant::now() < deadline, "worker never started the job: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "worker never started the job: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     first.kill().expect("SIGKILL the worker");
@@ -625,13 +896,23 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
     let package_file = kiln.dir.path().join("sample.zip");
     std::fs::write(&package_file, &package).unwrap();
     let reference = std::process::Command::new(worker_binary())
-        .args(["process", package_file.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args([
+            "process",
+            package_file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .args(["--key", key_file.to_str().unwrap()])
         .env("KILN_DATA_DIR", kiln.dir.path().join("cli-data"))
         .output()
         .unwrap();
-    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
-    let reference: Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    assert!(
+        reference.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reference.stderr)
+    );
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let published: Value = kiln
         .http
         .get(format!("{}/v1/games/crash-game/manifest", kiln.url))
@@ -653,11 +934,124 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
             })
             .collect()
     };
-    assert_eq!(strip(&published), strip(&reference), "same objects as an uninterrupted run");
+    assert_eq!(
+        strip(&published),
+        strip(&reference),
+        "same objects as an uninterrupted run"
+    );
     for file in published["files"].as_array().unwrap() {
-        let body = kiln.http.get(file["url"].as_str().unwrap()).send().await.unwrap();
-        assert_eq!(sha256_hex(&body.bytes().await.unwrap()), file["sha256"].as_str().unwrap());
+        let body = kiln
+            .http
+            .get(file["url"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            sha256_hex(&body.bytes().await.unwrap()),
+            file["sha256"].as_str().unwrap()
+        );
     }
+    kiln.stop().await;
+}
+
+/// A storage failure that does not go away: retried with backoff, then the build fails with
+/// the last error, and the next build publishes once the store is back.
+pub async fn transient_failures_are_retried_then_fail_the_build(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| c.worker.transient_retries = 2).await;
+    let (_, token) = kiln.team("flaky").await;
+    // A file where the store wants its `files/` directory: every object write fails.
+    let blocker = kiln.config.data_dir.join("objects/files");
+    std::fs::write(&blocker, b"in the way").unwrap();
+    let package = zip_with(&[("index.html", b"<html>flaky</html>")]);
+    let (code, accepted) = kiln
+        .upload(&token, "flaky", "1", "application/zip", package.clone())
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let id = accepted["build_id"].as_str().unwrap();
+    let status = kiln.wait_for_build(&token, id).await;
+    assert_eq!(status["status"], "failed", "{status}");
+    let error = status["error"].as_str().unwrap();
+    assert!(error.starts_with("gave up after 2 attempts"), "{error}");
+    assert!(error.contains("object store"), "{error}");
+    let publish = status["stages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(publish["status"], "failed", "{publish}");
+    assert!(kiln.package_kept(id, "zip").await);
+
+    std::fs::remove_file(&blocker).unwrap();
+    let (_, again) = kiln
+        .upload(&token, "flaky", "2", "application/zip", package)
+        .await;
+    let status = kiln
+        .wait_for_build(&token, again["build_id"].as_str().unwrap())
+        .await;
+    assert_eq!(status["status"], "published", "{status}");
+    kiln.stop().await;
+}
+
+/// SIGTERM: the worker stops taking jobs, finishes or hands back its current one, and exits
+/// cleanly; the build still publishes exactly once.
+pub async fn sigterm_lets_the_worker_finish_or_hand_back(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| c.worker.in_process = Some(0)).await;
+    let (_, token) = kiln.team("term").await;
+    let key_file = kiln.dir.path().join("signing.key");
+    let spawn_worker = |pause_ms: u64| {
+        let mut cmd = std::process::Command::new(worker_binary());
+        cmd.arg("run")
+            .env("KILN_DATA_DIR", &kiln.config.data_dir)
+            .env("KILN_DATABASE_URL", kiln.config.database_url())
+            .env("KILN_PUBLIC_URL", &kiln.url)
+            .env("KILN_SIGNING_KEY_FILE", &key_file)
+            .env("KILN_WORKER_HEARTBEAT_SECS", "1")
+            .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
+            .env("RUST_LOG", "warn");
+        if !kiln.config.storage.s3_bucket.is_empty() {
+            cmd.env("KILN_S3_BUCKET", &kiln.config.storage.s3_bucket)
+                .env("KILN_S3_ENDPOINT", &kiln.config.storage.s3_endpoint)
+                .env("KILN_S3_REGION", &kiln.config.storage.s3_region);
+        }
+        cmd.spawn().expect("start kiln-worker")
+    };
+    let mut worker = spawn_worker(400);
+    let (_, accepted) = kiln
+        .upload(
+            &token,
+            "term-game",
+            "1",
+            "application/zip",
+            zip_with(&[("index.html", b"<html>term</html>")]),
+        )
+        .await;
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
+        if status["status"] == "processing" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never started: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let exit = tokio::task::spawn_blocking(move || worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "worker exits cleanly on SIGTERM: {exit:?}");
+    let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
+    if status["status"] != "published" {
+        // Handed back: the next worker takes it.
+        let mut next = spawn_worker(0);
+        let status = kiln.wait_for_build(&token, &id).await;
+        next.kill().ok();
+        next.wait().ok();
+        assert_eq!(status["status"], "published", "{status}");
+    }
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    assert_eq!(db.manifests_for_build(&id).await.unwrap().len(), 1);
     kiln.stop().await;
 }
 

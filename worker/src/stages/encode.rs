@@ -84,7 +84,10 @@ pub struct EncodeReport {
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
     #[error("encoding {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl EncodeError {
@@ -278,7 +281,11 @@ mod tests {
                 .iter()
                 .map(|f| InventoryEntry {
                     path: f.path.clone(),
-                    kind: if f.path.ends_with(".js") { FileKind::Js } else { FileKind::Texture },
+                    kind: if f.path.ends_with(".js") {
+                        FileKind::Js
+                    } else {
+                        FileKind::Texture
+                    },
                     size: f.size,
                     used_by: None,
                     error: None,
@@ -320,7 +327,10 @@ mod tests {
         .unwrap();
         for (a, b) in out.iter().zip(&again) {
             for (ea, eb) in a.encodings.iter().zip(&b.encodings) {
-                assert_eq!(std::fs::read(&ea.source).unwrap(), std::fs::read(&eb.source).unwrap());
+                assert_eq!(
+                    std::fs::read(&ea.source).unwrap(),
+                    std::fs::read(&eb.source).unwrap()
+                );
             }
         }
     }

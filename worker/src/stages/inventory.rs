@@ -64,7 +64,10 @@ pub struct InventoryReport {
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
     #[error("reading {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl InventoryError {
@@ -273,14 +276,23 @@ mod tests {
         assert_eq!(kind("js/game.js").kind, FileKind::Js);
         assert_eq!(kind("models/a.gltf").kind, FileKind::Gltf);
         assert_eq!(kind("models/mesh data.bin").kind, FileKind::GltfBuffer);
-        assert_eq!(kind("models/mesh data.bin").used_by.as_deref(), Some("models/a.gltf"));
+        assert_eq!(
+            kind("models/mesh data.bin").used_by.as_deref(),
+            Some("models/a.gltf")
+        );
         assert_eq!(kind("tex/a.png").kind, FileKind::GltfImage);
         assert_eq!(kind("tex/b.png").kind, FileKind::Texture);
         assert_eq!(kind("models/b.glb").kind, FileKind::Glb);
         assert_eq!(kind("models/fake.glb").kind, FileKind::Other);
         assert!(kind("models/fake.glb").error.is_some());
         assert_eq!(kind("music.ogg").kind, FileKind::Audio);
-        assert!(kind("models/broken.gltf").error.as_deref().unwrap().contains("not valid glTF"));
+        assert!(
+            kind("models/broken.gltf")
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("not valid glTF")
+        );
         assert_eq!(report.counts[&FileKind::Texture], 1);
     }
 
@@ -288,6 +300,9 @@ mod tests {
     fn references_cannot_leave_the_build() {
         assert_eq!(resolve_uri("a/b.gltf", "../../x.bin"), None);
         assert_eq!(resolve_uri("a/b.gltf", "http://evil/x.bin"), None);
-        assert_eq!(resolve_uri("a/b.gltf", "c/../x.bin").as_deref(), Some("a/x.bin"));
+        assert_eq!(
+            resolve_uri("a/b.gltf", "c/../x.bin").as_deref(),
+            Some("a/x.bin")
+        );
     }
 }

@@ -85,7 +85,9 @@ impl FileTree {
     }
 
     pub fn contains(&self, path: &str) -> bool {
-        self.files.binary_search_by(|f| f.path.as_str().cmp(path)).is_ok()
+        self.files
+            .binary_search_by(|f| f.path.as_str().cmp(path))
+            .is_ok()
     }
 }
 

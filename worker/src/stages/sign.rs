@@ -4,7 +4,9 @@
 //! and Ed25519 signatures are deterministic, so a re-run signs the very same bytes.
 
 use kiln_common::keys;
-use kiln_common::manifest::{BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestFile};
+use kiln_common::manifest::{
+    BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestFile,
+};
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -187,7 +187,9 @@ fn unpack_tar_gz(package: &Path, writer: &mut TreeWriter<'_>) -> Result<(), Unpa
     let file = File::open(package).map_err(|e| UnpackError::Io(e.to_string()))?;
     let gz = flate2::read::MultiGzDecoder::new(BufReader::new(file));
     let mut archive = tar::Archive::new(gz);
-    let entries = archive.entries().map_err(|e| corrupt(None, e.to_string()))?;
+    let entries = archive
+        .entries()
+        .map_err(|e| corrupt(None, e.to_string()))?;
     for entry in entries {
         let mut entry = entry.map_err(|e| corrupt(None, e.to_string()))?;
         let raw_path = entry.path_bytes().into_owned();
@@ -369,7 +371,10 @@ mod tests {
     #[test]
     fn safe_paths_are_normalised() {
         assert_eq!(safe_relative_path(b"a//b/./c.js", "x").unwrap(), "a/b/c.js");
-        assert_eq!(safe_relative_path(b"./index.html", "x").unwrap(), "index.html");
+        assert_eq!(
+            safe_relative_path(b"./index.html", "x").unwrap(),
+            "index.html"
+        );
     }
 
     #[test]
