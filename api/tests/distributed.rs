@@ -53,3 +53,15 @@ async fn killed_worker_still_publishes_once() {
 async fn sigterm_lets_the_worker_finish_or_hand_back() {
     scenarios::sigterm_lets_the_worker_finish_or_hand_back(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn rotated_keys_keep_old_manifests_verifiable() {
+    scenarios::rotated_keys_keep_old_manifests_verifiable(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn concurrent_uploads_are_bounded() {
+    scenarios::concurrent_uploads_are_bounded(Distributed).await;
+}

@@ -50,3 +50,13 @@ async fn sigterm_lets_the_worker_finish_or_hand_back() {
 async fn transient_failures_are_retried_then_fail_the_build() {
     scenarios::transient_failures_are_retried_then_fail_the_build(Embedded).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rotated_keys_keep_old_manifests_verifiable() {
+    scenarios::rotated_keys_keep_old_manifests_verifiable(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_uploads_are_bounded() {
+    scenarios::concurrent_uploads_are_bounded(Embedded).await;
+}

@@ -88,36 +88,40 @@ pub async fn run_workers(
         let queue = context.db.queue.clone();
         handles.push(tokio::spawn(async move {
             tracing::info!(worker = %name, "worker started");
+            // The two backends are different types; the worker around them is the same.
+            macro_rules! consume {
+                ($backend:expr) => {
+                    WorkerBuilder::new(name.as_str())
+                        .backend($backend)
+                        .concurrency(concurrency)
+                        .data(context)
+                        .build(process_build)
+                        .run_until(signal)
+                        .await
+                };
+            }
+            let poll = Duration::from_millis(250);
+            let queue_name = std::any::type_name::<ProcessBuild>();
             let result = match queue {
                 QueuePool::Sqlite(pool) => {
                     let config = apalis_sqlite::Config::default()
-                        .queue(std::any::type_name::<ProcessBuild>())
+                        .queue(queue_name)
                         .heartbeat_interval(heartbeat);
-                    let backend = SqliteStorage::<ProcessBuild>::new(&pool)
-                        .with_config(config)
-                        .poll_with_interval(Duration::from_millis(250));
-                    WorkerBuilder::new(name.as_str())
-                        .backend(backend)
-                        .concurrency(concurrency)
-                        .data(context)
-                        .build(process_build)
-                        .run_until(signal)
-                        .await
+                    consume!(
+                        SqliteStorage::<ProcessBuild>::new(&pool)
+                            .with_config(config)
+                            .poll_with_interval(poll)
+                    )
                 }
                 QueuePool::Postgres(pool) => {
                     let config = apalis_postgres::Config::default()
-                        .queue(std::any::type_name::<ProcessBuild>())
+                        .queue(queue_name)
                         .heartbeat_interval(heartbeat);
-                    let backend = PostgresStorage::<ProcessBuild>::new(&pool)
-                        .with_config(config)
-                        .poll_with_interval(Duration::from_millis(250));
-                    WorkerBuilder::new(name.as_str())
-                        .backend(backend)
-                        .concurrency(concurrency)
-                        .data(context)
-                        .build(process_build)
-                        .run_until(signal)
-                        .await
+                    consume!(
+                        PostgresStorage::<ProcessBuild>::new(&pool)
+                            .with_config(config)
+                            .poll_with_interval(poll)
+                    )
                 }
             };
             if let Err(e) = &result {

@@ -107,6 +107,24 @@ impl Kiln {
         }
     }
 
+    /// Stops and starts again on the same data directory and database, e.g. with a new key.
+    pub async fn restart_with(mut self, tweak: impl FnOnce(&mut Config)) -> Self {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await;
+        }
+        let mut config = self.config.clone();
+        config.public_url = String::new();
+        tweak(&mut config);
+        let running = kiln_api::start(config.clone())
+            .await
+            .expect("kiln restarts");
+        self.url = running.url();
+        config.public_url = self.url.clone();
+        self.config = config;
+        self.running = Some(running);
+        self
+    }
+
     pub async fn stop(mut self) {
         if let Some(running) = self.running.take() {
             running.shutdown().await;

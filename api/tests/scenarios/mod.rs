@@ -821,28 +821,7 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
     let (_, token) = kiln.team("crash").await;
     let package = sample_package();
     let key_file = kiln.dir.path().join("signing.key");
-    let spawn_worker = |pause_ms: u64| {
-        let mut cmd = std::process::Command::new(worker_binary());
-        cmd.arg("run")
-            .env("KILN_DATA_DIR", &kiln.config.data_dir)
-            .env("KILN_DATABASE_URL", kiln.config.database_url())
-            .env("KILN_PUBLIC_URL", &kiln.url)
-            .env("KILN_SIGNING_KEY_FILE", &key_file)
-            .env(
-                "KILN_WORK_DIR",
-                kiln.dir.path().join(format!("work-{pause_ms}")),
-            )
-            .env("KILN_WORKER_HEARTBEAT_SECS", "1")
-            .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null());
-        if !kiln.config.storage.s3_bucket.is_empty() {
-            cmd.env("KILN_S3_BUCKET", &kiln.config.storage.s3_bucket)
-                .env("KILN_S3_ENDPOINT", &kiln.config.storage.s3_endpoint)
-                .env("KILN_S3_REGION", &kiln.config.storage.s3_region);
-        }
-        cmd.spawn().expect("start kiln-worker")
-    };
+    let spawn_worker = |pause_ms: u64| spawn_worker(&kiln, &key_file, pause_ms);
 
     let mut first = spawn_worker(1500);
     let (code, accepted) = kiln
@@ -994,23 +973,7 @@ pub async fn sigterm_lets_the_worker_finish_or_hand_back(deployment: Deployment)
     let kiln = Kiln::start_with(deployment, |c| c.worker.in_process = Some(0)).await;
     let (_, token) = kiln.team("term").await;
     let key_file = kiln.dir.path().join("signing.key");
-    let spawn_worker = |pause_ms: u64| {
-        let mut cmd = std::process::Command::new(worker_binary());
-        cmd.arg("run")
-            .env("KILN_DATA_DIR", &kiln.config.data_dir)
-            .env("KILN_DATABASE_URL", kiln.config.database_url())
-            .env("KILN_PUBLIC_URL", &kiln.url)
-            .env("KILN_SIGNING_KEY_FILE", &key_file)
-            .env("KILN_WORKER_HEARTBEAT_SECS", "1")
-            .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
-            .env("RUST_LOG", "warn");
-        if !kiln.config.storage.s3_bucket.is_empty() {
-            cmd.env("KILN_S3_BUCKET", &kiln.config.storage.s3_bucket)
-                .env("KILN_S3_ENDPOINT", &kiln.config.storage.s3_endpoint)
-                .env("KILN_S3_REGION", &kiln.config.storage.s3_region);
-        }
-        cmd.spawn().expect("start kiln-worker")
-    };
+    let spawn_worker = |pause_ms: u64| spawn_worker(&kiln, &key_file, pause_ms);
     let mut worker = spawn_worker(400);
     let (_, accepted) = kiln
         .upload(
@@ -1053,6 +1016,161 @@ pub async fn sigterm_lets_the_worker_finish_or_hand_back(deployment: Deployment)
     let db = &kiln.running.as_ref().unwrap().state.db;
     assert_eq!(db.manifests_for_build(&id).await.unwrap().len(), 1);
     kiln.stop().await;
+}
+
+/// Key rotation: a new signing key signs new manifests, and the old key stays in the JWKS
+/// so manifests signed before the rotation still verify.
+pub async fn rotated_keys_keep_old_manifests_verifiable(deployment: Deployment) {
+    let key_a = tempfile::NamedTempFile::new()
+        .unwrap()
+        .into_temp_path()
+        .to_path_buf();
+    let key_b = key_a.with_extension("b");
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.signing_key_file = key_a.display().to_string();
+    })
+    .await;
+    let (_, token) = kiln.team("rotate").await;
+    let (_, first) = kiln
+        .upload(
+            &token,
+            "old-game",
+            "1",
+            "application/zip",
+            zip_with(&[("index.html", b"<html>old</html>")]),
+        )
+        .await;
+    kiln.wait_for_build(&token, first["build_id"].as_str().unwrap())
+        .await;
+    let kiln = kiln
+        .restart_with(|c| c.signing_key_file = key_b.display().to_string())
+        .await;
+    let (_, second) = kiln
+        .upload(
+            &token,
+            "new-game",
+            "1",
+            "application/zip",
+            zip_with(&[("index.html", b"<html>new</html>")]),
+        )
+        .await;
+    kiln.wait_for_build(&token, second["build_id"].as_str().unwrap())
+        .await;
+
+    let jwks: Value = kiln
+        .http
+        .get(format!("{}/v1/keys", kiln.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<Jwk> = serde_json::from_value(jwks["keys"].clone()).unwrap();
+    assert_eq!(keys.len(), 2, "both keys listed: {jwks}");
+    let mut kids = Vec::new();
+    for game in ["old-game", "new-game"] {
+        let response = kiln
+            .http
+            .get(format!("{}/v1/games/{game}/manifest", kiln.url))
+            .send()
+            .await
+            .unwrap();
+        let signature =
+            ManifestSignature::parse_header(response.headers()["kiln-signature"].to_str().unwrap())
+                .unwrap();
+        let bytes = response.bytes().await.unwrap();
+        let key = keys.iter().find(|k| k.kid == signature.kid).unwrap();
+        assert!(key.verify(&bytes, &signature), "{game} verifies");
+        kids.push(signature.kid);
+    }
+    assert_ne!(
+        kids[0], kids[1],
+        "the new manifest is signed by the new key"
+    );
+    kiln.stop().await;
+    let _ = std::fs::remove_file(&key_a);
+    let _ = std::fs::remove_file(&key_b);
+}
+
+/// Uploads beyond the concurrency limit get `503` with `Retry-After`, not a queue of
+/// half-read bodies.
+pub async fn concurrent_uploads_are_bounded(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| c.upload.max_concurrent = 1).await;
+    let (_, token) = kiln.team("busy").await;
+    // A slow upload holds the only slot until we release it.
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let head =
+        futures::stream::once(async { Ok::<_, std::io::Error>(zip_with(&[("a.html", b"slow")])) });
+    let tail = futures::stream::once(async move {
+        let _ = released.await;
+        Ok::<_, std::io::Error>(Vec::new())
+    });
+    let slow = {
+        let request = kiln
+            .http
+            .post(format!("{}/v1/games/busy/builds?version=slow", kiln.url))
+            .bearer_auth(&token)
+            .header("content-type", "application/zip")
+            .body(reqwest::Body::wrap_stream(futures::StreamExt::chain(
+                head, tail,
+            )));
+        tokio::spawn(request.send())
+    };
+    // Wait until the slow upload holds its slot (it is past the format check).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let busy = kiln
+        .http
+        .post(format!("{}/v1/games/busy/builds?version=fast", kiln.url))
+        .bearer_auth(&token)
+        .header("content-type", "application/zip")
+        .body(zip_with(&[("b.html", b"fast")]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), 503);
+    assert!(busy.headers().contains_key("retry-after"));
+    release.send(()).unwrap();
+    let slow = slow.await.unwrap().unwrap();
+    assert_eq!(slow.status(), 202);
+    let retry = kiln
+        .upload(
+            &token,
+            "busy",
+            "fast",
+            "application/zip",
+            zip_with(&[("b.html", b"fast")]),
+        )
+        .await;
+    assert_eq!(retry.0, 202, "the slot is free again: {}", retry.1);
+    kiln.stop().await;
+}
+
+/// A `kiln-worker run` process on the same database and store as `kiln`, pausing
+/// `pause_ms` before each stage so a test can catch it mid-job.
+pub fn spawn_worker(kiln: &Kiln, key_file: &std::path::Path, pause_ms: u64) -> std::process::Child {
+    let mut cmd = std::process::Command::new(worker_binary());
+    cmd.arg("run")
+        .env("KILN_DATA_DIR", &kiln.config.data_dir)
+        .env("KILN_DATABASE_URL", kiln.config.database_url())
+        .env("KILN_PUBLIC_URL", &kiln.url)
+        .env("KILN_SIGNING_KEY_FILE", key_file)
+        .env(
+            "KILN_WORK_DIR",
+            kiln.dir
+                .path()
+                .join(format!("work-{}", uuid::Uuid::new_v4().simple())),
+        )
+        .env("KILN_WORKER_HEARTBEAT_SECS", "1")
+        .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null());
+    if !kiln.config.storage.s3_bucket.is_empty() {
+        cmd.env("KILN_S3_BUCKET", &kiln.config.storage.s3_bucket)
+            .env("KILN_S3_ENDPOINT", &kiln.config.storage.s3_endpoint)
+            .env("KILN_S3_REGION", &kiln.config.storage.s3_region);
+    }
+    cmd.spawn().expect("start kiln-worker")
 }
 
 /// The `kiln-worker` binary beside this test's binary (built by `cargo test --workspace`).

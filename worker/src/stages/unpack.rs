@@ -398,4 +398,89 @@ mod tests {
             }
         }
     }
+
+    fn sample_zip() -> Vec<u8> {
+        use std::io::Write;
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default();
+        for (name, body) in [
+            ("index.html", &b"<html>hello</html>"[..]),
+            ("js/game.js", &[b'x'; 3000][..]),
+        ] {
+            zip.start_file(name, options).unwrap();
+            zip.write_all(body).unwrap();
+        }
+        zip.finish().unwrap().into_inner()
+    }
+
+    fn sample_tar_gz() -> Vec<u8> {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let mut builder = tar::Builder::new(gz);
+        for (name, body) in [
+            ("index.html", &b"<html>hello</html>"[..]),
+            ("js/game.js", &[b'x'; 3000][..]),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(body.len() as u64);
+            header.set_mode(0o644);
+            header.set_path(name).unwrap();
+            header.set_cksum();
+            builder.append(&header, body).unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    /// Damaged packages (random byte flips, truncations) give a result or an error, never a
+    /// panic, and never a file outside the destination.
+    #[test]
+    fn damaged_packages_never_panic_or_escape() {
+        let mut seed = 0x2545_f491_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let limits = UnpackLimits::default();
+        for (format, original) in [
+            (PackageFormat::Zip, sample_zip()),
+            (PackageFormat::TarGz, sample_tar_gz()),
+        ] {
+            let (mut ok, mut refused) = (0, 0);
+            for round in 0..300 {
+                let mut bytes = original.clone();
+                if round % 5 == 0 {
+                    bytes.truncate((next() as usize) % bytes.len());
+                } else {
+                    for _ in 0..1 + next() % 8 {
+                        let at = (next() as usize) % bytes.len();
+                        bytes[at] = next() as u8;
+                    }
+                }
+                let dir = tempfile::tempdir().unwrap();
+                let package = dir.path().join("package");
+                let dest = dir.path().join("dest");
+                std::fs::write(&package, &bytes).unwrap();
+                std::fs::create_dir(&dest).unwrap();
+                match run(&package, format, &dest, &limits) {
+                    Ok(_) => ok += 1,
+                    Err(_) => refused += 1,
+                }
+                let mut names: Vec<_> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                names.sort();
+                assert_eq!(
+                    names,
+                    ["dest", "package"],
+                    "round {round}: wrote outside dest"
+                );
+            }
+            assert!(
+                refused > 0 && ok + refused == 300,
+                "{format}: {ok} ok, {refused} refused"
+            );
+        }
+    }
 }
