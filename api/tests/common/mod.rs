@@ -204,6 +204,18 @@ impl Kiln {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `GET /v1/keys` as JSON.
+    pub async fn jwks(&self) -> Value {
+        self.http
+            .get(format!("{}/v1/keys", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// Sends only the request head (as a client using `Expect: 100-continue` would) and
     /// returns the status the server answers with before any body byte is sent.
     pub async fn status_for_head(&self, token: &str, path: &str, headers: &[(&str, &str)]) -> u16 {

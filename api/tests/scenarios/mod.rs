@@ -90,15 +90,7 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         ManifestSignature::parse_header(manifest.headers()["kiln-signature"].to_str().unwrap())
             .expect("Kiln-Signature: keyid=…, sig=…");
     let bytes = manifest.bytes().await.unwrap();
-    let jwks: Value = kiln
-        .http
-        .get(format!("{}/v1/keys", kiln.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = kiln.jwks().await;
     let keys: Vec<Jwk> = serde_json::from_value(jwks["keys"].clone()).unwrap();
     let key = keys
         .iter()
@@ -1057,15 +1049,7 @@ pub async fn rotated_keys_keep_old_manifests_verifiable(deployment: Deployment) 
     kiln.wait_for_build(&token, second["build_id"].as_str().unwrap())
         .await;
 
-    let jwks: Value = kiln
-        .http
-        .get(format!("{}/v1/keys", kiln.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = kiln.jwks().await;
     let keys: Vec<Jwk> = serde_json::from_value(jwks["keys"].clone()).unwrap();
     assert_eq!(keys.len(), 2, "both keys listed: {jwks}");
     let mut kids = Vec::new();
