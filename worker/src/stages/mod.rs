@@ -6,6 +6,7 @@
 //! (`job.rs`) loads inputs, calls them (via `pipeline.rs`) and stores their outputs.
 
 pub mod encode;
+pub mod geometry;
 pub mod inventory;
 pub mod publish;
 pub mod sign;

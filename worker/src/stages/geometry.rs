@@ -1,0 +1,1438 @@
+//! Stage `geometry`: every glTF/GLB model in the build gets two smaller variants.
+//!
+//! - `quantized`: `KHR_mesh_quantization` only — loads everywhere, no decoder needed;
+//! - `meshopt`: the same data compressed with `EXT_meshopt_compression` (or
+//!   `KHR_meshopt_compression`) — smallest, needs meshoptimizer's decoder.
+//!
+//! Per triangle primitive, as seed 000 describes: generate indices, merge identical vertices,
+//! reorder for the vertex cache, then for vertex fetch; then quantize each attribute to the
+//! configured bits. Positions share one quantization grid per file (seams stay closed); the
+//! dequantization (offset + uniform scale) goes into a child node carrying the mesh, or into
+//! the inverse bind matrices for skinned meshes, so bounds stay exact and the model renders
+//! in the same place and size. Morph target deltas use the same grid, coarsened to their own
+//! bits, all-zero ones become zero-filled accessors (no bytes), and sparse accessors are
+//! used where they are smaller.
+//!
+//! Everything else in the file (materials, animations, skins, cameras, lights, extras, names,
+//! extensions this stage understands) is carried through untouched.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::gltf::accessors::{
+    self, ARRAY_BUFFER, BYTE, ELEMENT_ARRAY_BUFFER, FLOAT, Layout, SHORT, UNSIGNED_BYTE,
+    UNSIGNED_INT, UNSIGNED_SHORT, push_accessor, push_view,
+};
+use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
+
+pub const NAME: &str = "geometry";
+
+/// Which meshopt extension the `meshopt` variant uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeshoptCodec {
+    /// `EXT_meshopt_compression`: vertex codec v0; the widest loader support.
+    Ext,
+    /// `KHR_meshopt_compression`: vertex codec v1 and the color filter; smaller.
+    Khr,
+}
+
+impl MeshoptCodec {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Ext => "EXT_meshopt_compression",
+            Self::Khr => "KHR_meshopt_compression",
+        }
+    }
+}
+
+/// Bits per attribute and codec settings. `Default` holds seed 000's values.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GeometryOptions {
+    pub position_bits: u32,
+    pub texcoord_bits: u32,
+    pub normal_bits: u32,
+    pub tangent_bits: u32,
+    pub color_bits: u32,
+    pub morph_bits: u32,
+    pub codec: MeshoptCodec,
+    /// meshopt vertex codec level (0–3; only with codec version 1, i.e. `Khr`).
+    pub vertex_level: i32,
+    /// Use sparse accessors for morph targets where that is smaller.
+    pub sparse_morph_targets: bool,
+}
+
+impl Default for GeometryOptions {
+    fn default() -> Self {
+        Self {
+            position_bits: 14,
+            texcoord_bits: 12,
+            normal_bits: 10,
+            tangent_bits: 12,
+            color_bits: 8,
+            morph_bits: 8,
+            codec: MeshoptCodec::Ext,
+            vertex_level: 2,
+            sparse_morph_targets: true,
+        }
+    }
+}
+
+impl GeometryOptions {
+    /// Bits are capped at 16: quantized data is stored in at most 16-bit integers.
+    fn clamped(&self) -> Self {
+        let c = |b: u32, lo: u32| b.clamp(lo, 16);
+        Self {
+            position_bits: c(self.position_bits, 4),
+            texcoord_bits: c(self.texcoord_bits, 4),
+            normal_bits: c(self.normal_bits, 4),
+            tangent_bits: c(self.tangent_bits, 4),
+            color_bits: c(self.color_bits, 2),
+            morph_bits: c(self.morph_bits, 2),
+            ..self.clone()
+        }
+    }
+}
+
+/// The two variants of one model and what they cost and lost.
+#[derive(Debug, Clone)]
+pub struct OptimizedModel {
+    pub quantized: Vec<u8>,
+    pub meshopt: Vec<u8>,
+    pub report: ModelReport,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct ModelReport {
+    pub bytes_before: u64,
+    pub quantized_bytes: u64,
+    pub meshopt_bytes: u64,
+    pub triangles_before: u64,
+    pub triangles_after: u64,
+    pub vertices_before: u64,
+    pub vertices_after: u64,
+    /// Largest distance between a source vertex and its quantized position, in model units.
+    pub max_position_error: f64,
+    /// The same, relative to the model's bounding-box diagonal.
+    pub max_position_error_relative: f64,
+    /// Largest angle between a source normal and its quantized one, per variant.
+    pub max_normal_error_degrees_quantized: f64,
+    pub max_normal_error_degrees_meshopt: f64,
+    pub sparse_targets: u64,
+    pub dropped_zero_targets: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Why a model was not optimised.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ModelError {
+    /// The file can't be read: that file fails, not the build.
+    #[error("{0}")]
+    Invalid(#[from] GltfError),
+    /// The file needs an extension this stage does not understand: copied through unchanged.
+    #[error("uses extension {0} which the geometry stage does not understand; kept unchanged")]
+    Unsupported(String),
+    #[error("{0}")]
+    NonFinite(String),
+}
+
+/// Extensions this stage can carry through (they reference no accessors or views it moves,
+/// or it handles them).
+const UNDERSTOOD: &[&str] = &[
+    "KHR_mesh_quantization",
+    "EXT_meshopt_compression",
+    "KHR_meshopt_compression",
+    "KHR_texture_transform",
+    "KHR_lights_punctual",
+    "KHR_materials_emissive_strength",
+    "KHR_materials_ior",
+    "KHR_materials_specular",
+    "KHR_materials_transmission",
+    "KHR_materials_volume",
+    "KHR_materials_clearcoat",
+    "KHR_materials_sheen",
+    "KHR_materials_iridescence",
+    "KHR_materials_anisotropy",
+    "KHR_materials_dispersion",
+    "KHR_materials_unlit",
+    "KHR_materials_variants",
+    "KHR_materials_pbrSpecularGlossiness",
+    "KHR_texture_basisu",
+    "EXT_texture_webp",
+    "EXT_texture_avif",
+    "KHR_xmp_json_ld",
+];
+
+/// Optimises one model given its bytes (`.glb` or `.gltf`) and its external resources.
+pub fn optimize_model(
+    bytes: &[u8],
+    resources: &dyn Resources,
+    options: &GeometryOptions,
+) -> Result<OptimizedModel, ModelError> {
+    let options = options.clamped();
+    let source = Asset::read(bytes, resources)?;
+    for ext in source.array("extensionsUsed") {
+        let name = ext.as_str().unwrap_or("");
+        if !UNDERSTOOD.contains(&name) {
+            return Err(ModelError::Unsupported(name.to_string()));
+        }
+    }
+    let mut asset = source.clone();
+    let mut report = ModelReport {
+        bytes_before: bytes.len() as u64,
+        ..ModelReport::default()
+    };
+    let grid = position_grid(&source, options.position_bits)?;
+    let mut codecs: HashMap<usize, ViewCodec> = HashMap::new();
+    let mut sq_error = 0f64;
+    let mut normal_error = (0f64, 0f64);
+
+    let mesh_count = source.array("meshes").len();
+    for m in 0..mesh_count {
+        let primitives = source.json["meshes"][m]["primitives"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for (p, primitive) in primitives.iter().enumerate() {
+            let what = format!("meshes[{m}].primitives[{p}]");
+            let out = process_primitive(&source, &mut asset, primitive, &grid, &options, &what, &mut codecs)?;
+            report.triangles_before += out.triangles_before;
+            report.triangles_after += out.triangles_after;
+            report.vertices_before += out.vertices_before;
+            report.vertices_after += out.vertices_after;
+            report.sparse_targets += out.sparse_targets;
+            report.dropped_zero_targets += out.dropped_targets;
+            sq_error = sq_error.max(out.max_position_error);
+            normal_error.0 = normal_error.0.max(out.normal_error.0);
+            normal_error.1 = normal_error.1.max(out.normal_error.1);
+            asset.json["meshes"][m]["primitives"][p] = out.primitive;
+        }
+    }
+    if let Some(grid) = &grid {
+        place_dequantization(&mut asset, grid)?;
+        report.max_position_error = sq_error;
+        report.max_position_error_relative = if grid.diagonal > 0.0 { sq_error / grid.diagonal } else { 0.0 };
+    }
+    report.max_normal_error_degrees_quantized = normal_error.0;
+    report.max_normal_error_degrees_meshopt = normal_error.1;
+    if mesh_count > 0 {
+        add_extension(&mut asset.json, "KHR_mesh_quantization", true);
+    }
+    let codecs = collect_garbage(&mut asset, codecs);
+    let quantized = asset.to_glb();
+    let meshopt = write_meshopt(&asset, &codecs, &options);
+    report.quantized_bytes = quantized.len() as u64;
+    report.meshopt_bytes = meshopt.len() as u64;
+    Ok(OptimizedModel {
+        quantized,
+        meshopt,
+        report,
+    })
+}
+
+/// How the `meshopt` variant compresses one view.
+#[derive(Debug, Clone)]
+struct ViewCodec {
+    mode: &'static str,
+    filter: &'static str,
+    /// Filter-encoded bytes to compress instead of the view's plain bytes (same layout).
+    filtered: Option<Vec<u8>>,
+}
+
+/// One quantization grid for all positions of a file: `real = offset + scale × q`.
+#[derive(Debug, Clone)]
+struct Grid {
+    offset: [f32; 3],
+    scale: f32,
+    diagonal: f64,
+}
+
+fn position_grid(asset: &Asset, bits: u32) -> Result<Option<Grid>, GltfError> {
+    let mut min = [f32::INFINITY; 3];
+    let mut max = [f32::NEG_INFINITY; 3];
+    for (m, mesh) in asset.array("meshes").iter().enumerate() {
+        for (p, primitive) in mesh["primitives"].as_array().into_iter().flatten().enumerate() {
+            let Some(index) = primitive.pointer("/attributes/POSITION").and_then(Value::as_u64) else {
+                continue;
+            };
+            let (layout, values) = accessors::read_f32(asset, index as usize)?;
+            if layout.components != 3 {
+                return Err(invalid(format!("meshes[{m}].primitives[{p}]"), "POSITION is not VEC3"));
+            }
+            for v in values.chunks_exact(3) {
+                if v.iter().any(|c| !c.is_finite()) {
+                    return Err(invalid(
+                        format!("meshes[{m}].primitives[{p}].POSITION"),
+                        "holds NaN or infinite values",
+                    ));
+                }
+                for a in 0..3 {
+                    min[a] = min[a].min(v[a]);
+                    max[a] = max[a].max(v[a]);
+                }
+            }
+        }
+    }
+    if min[0] > max[0] {
+        return Ok(None);
+    }
+    let extent = (0..3).map(|a| max[a] - min[a]).fold(0f32, f32::max);
+    let levels = ((1u32 << bits) - 1) as f32;
+    let scale = if extent > 0.0 { extent / levels } else { 1.0 };
+    let diagonal = (0..3)
+        .map(|a| ((max[a] - min[a]) as f64).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    Ok(Some(Grid {
+        offset: min,
+        scale,
+        diagonal,
+    }))
+}
+
+struct PrimitiveOut {
+    primitive: Value,
+    triangles_before: u64,
+    triangles_after: u64,
+    vertices_before: u64,
+    vertices_after: u64,
+    max_position_error: f64,
+    normal_error: (f64, f64),
+    sparse_targets: u64,
+    dropped_targets: u64,
+}
+
+/// A float attribute stream: `count × components`.
+struct Stream {
+    name: String,
+    components: usize,
+    values: Vec<f32>,
+    source: Layout,
+}
+
+fn process_primitive(
+    source: &Asset,
+    asset: &mut Asset,
+    primitive: &Value,
+    grid: &Option<Grid>,
+    options: &GeometryOptions,
+    what: &str,
+    codecs: &mut HashMap<usize, ViewCodec>,
+) -> Result<PrimitiveOut, GltfError> {
+    let mode = primitive.get("mode").and_then(Value::as_u64).unwrap_or(4);
+    let attributes = primitive
+        .get("attributes")
+        .and_then(Value::as_object)
+        .ok_or_else(|| invalid(what, "attributes missing"))?;
+    let mut streams = Vec::new();
+    for (name, index) in attributes {
+        let index = index.as_u64().ok_or_else(|| invalid(what, format!("{name} is not an index")))? as usize;
+        let (layout, values) = accessors::read_f32(source, index)?;
+        streams.push(Stream {
+            name: name.clone(),
+            components: layout.components,
+            values,
+            source: layout,
+        });
+    }
+    let vertex_count = streams.first().map_or(0, |s| s.values.len() / s.components.max(1));
+    if streams.iter().any(|s| s.values.len() != vertex_count * s.components) {
+        return Err(invalid(what, "attributes have different counts"));
+    }
+    let targets_json = primitive.get("targets").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut targets: Vec<Vec<Stream>> = Vec::new();
+    for (t, target) in targets_json.iter().enumerate() {
+        let mut list = Vec::new();
+        for (name, index) in target.as_object().into_iter().flatten() {
+            let index = index
+                .as_u64()
+                .ok_or_else(|| invalid(what, format!("targets[{t}].{name} is not an index")))?
+                as usize;
+            let (layout, values) = accessors::read_f32(source, index)?;
+            if values.len() != vertex_count * layout.components {
+                return Err(invalid(what, format!("targets[{t}].{name} has a different count")));
+            }
+            list.push(Stream {
+                name: name.clone(),
+                components: layout.components,
+                values,
+                source: layout,
+            });
+        }
+        targets.push(list);
+    }
+    let mut indices = match primitive.get("indices").and_then(Value::as_u64) {
+        Some(index) => Some(accessors::read_indices(source, index as usize, vertex_count)?),
+        None => None,
+    };
+    let triangles_before = if mode == 4 {
+        indices.as_ref().map_or(vertex_count, Vec::len) as u64 / 3
+    } else {
+        0
+    };
+    let mut original_of: Vec<u32> = (0..vertex_count as u32).collect();
+    let mut new_count = vertex_count;
+
+    // Only triangle lists are reordered; other modes keep their order, and are quantized.
+    if mode == 4 && vertex_count > 0 {
+        let list = indices.take().unwrap_or_else(|| (0..vertex_count as u32).collect());
+        if list.len() % 3 != 0 {
+            return Err(invalid(what, "triangle list length is not a multiple of 3"));
+        }
+        // Merge identical vertices (every attribute and morph delta bit-for-bit equal).
+        let all: Vec<&Stream> = streams.iter().chain(targets.iter().flatten()).collect();
+        let mut seen: HashMap<Vec<u32>, u32> = HashMap::with_capacity(vertex_count);
+        let mut first: Vec<u32> = Vec::new();
+        let mut remap = vec![u32::MAX; vertex_count];
+        for &v in &list {
+            let v = v as usize;
+            if remap[v] != u32::MAX {
+                continue;
+            }
+            let key: Vec<u32> = all
+                .iter()
+                .flat_map(|s| s.values[v * s.components..(v + 1) * s.components].iter().map(|x| x.to_bits()))
+                .collect();
+            let next = first.len() as u32;
+            let id = *seen.entry(key).or_insert(next);
+            if id == next {
+                first.push(v as u32);
+            }
+            remap[v] = id;
+        }
+        let unique = first.len();
+        let list: Vec<u32> = list.iter().map(|&v| remap[v as usize]).collect();
+        let list = meshopt::optimize_vertex_cache(&list, unique);
+        let fetch = meshopt::optimize_vertex_fetch_remap(&list, unique);
+        let used = fetch.iter().filter(|&&f| f != u32::MAX).count();
+        let mut order = vec![0u32; used];
+        for (old, &new) in fetch.iter().enumerate() {
+            if new != u32::MAX {
+                order[new as usize] = first[old];
+            }
+        }
+        indices = Some(list.iter().map(|&i| fetch[i as usize]).collect());
+        original_of = order;
+        new_count = used;
+    }
+    let pick = |s: &Stream| -> Vec<f32> {
+        let n = s.components;
+        original_of
+            .iter()
+            .flat_map(|&o| s.values[o as usize * n..o as usize * n + n].iter().copied())
+            .collect()
+    };
+
+    let mut out = primitive.clone();
+    let mut attrs = serde_json::Map::new();
+    let mut max_position_error = 0f64;
+    let mut normal_error = (0f64, 0f64);
+    let weight_sets: Vec<String> = streams
+        .iter()
+        .filter(|s| s.name.starts_with("WEIGHTS_"))
+        .map(|s| s.name.clone())
+        .collect();
+    let weights_total: Option<Vec<f32>> = (!weight_sets.is_empty()).then(|| {
+        let mut total = vec![0f32; new_count];
+        for s in streams.iter().filter(|s| s.name.starts_with("WEIGHTS_")) {
+            for (v, chunk) in pick(s).chunks(4).enumerate() {
+                total[v] += chunk.iter().sum::<f32>();
+            }
+        }
+        total
+    });
+    for stream in &streams {
+        let values = pick(stream);
+        let encoded = encode_attribute(stream, &values, grid, options, weights_total.as_deref(), &weight_sets)?;
+        if let Some(e) = encoded.position_error {
+            max_position_error = max_position_error.max(e);
+        }
+        if let Some(e) = encoded.normal_error {
+            normal_error.0 = normal_error.0.max(e.0);
+            normal_error.1 = normal_error.1.max(e.1);
+        }
+        let view = push_view(asset, encoded.bytes, Some(encoded.stride), Some(ARRAY_BUFFER));
+        let mut accessor = encoded.accessor;
+        accessor["bufferView"] = json!(view);
+        accessor["count"] = json!(new_count);
+        let index = push_accessor(asset, accessor);
+        codecs.insert(
+            view,
+            ViewCodec {
+                mode: "ATTRIBUTES",
+                filter: encoded.filter,
+                filtered: encoded.filtered,
+            },
+        );
+        attrs.insert(stream.name.clone(), json!(index));
+    }
+    out["attributes"] = Value::Object(attrs);
+
+    let mut sparse_targets = 0;
+    let mut dropped_targets = 0;
+    if !targets.is_empty() {
+        let mut new_targets = Vec::new();
+        for target in &targets {
+            let mut object = serde_json::Map::new();
+            for stream in target {
+                let values = pick(stream);
+                let (index, kind) = encode_target(asset, stream, &values, grid, options, codecs)?;
+                match kind {
+                    TargetKind::Sparse => sparse_targets += 1,
+                    TargetKind::Zero => dropped_targets += 1,
+                    TargetKind::Dense => {}
+                }
+                object.insert(stream.name.clone(), json!(index));
+            }
+            new_targets.push(Value::Object(object));
+        }
+        out["targets"] = Value::Array(new_targets);
+    }
+
+    if let Some(list) = indices {
+        let (bytes, component_type, stride) = if new_count <= 65_536 {
+            (list.iter().flat_map(|&i| (i as u16).to_le_bytes()).collect::<Vec<u8>>(), UNSIGNED_SHORT, 2)
+        } else {
+            (list.iter().flat_map(|&i| i.to_le_bytes()).collect(), UNSIGNED_INT, 4)
+        };
+        let _ = stride;
+        let view = push_view(asset, bytes, None, Some(ELEMENT_ARRAY_BUFFER));
+        let index = push_accessor(
+            asset,
+            json!({"bufferView": view, "componentType": component_type, "count": list.len(), "type": "SCALAR"}),
+        );
+        codecs.insert(
+            view,
+            ViewCodec {
+                mode: if mode == 4 { "TRIANGLES" } else { "INDICES" },
+                filter: "NONE",
+                filtered: None,
+            },
+        );
+        out["indices"] = json!(index);
+    }
+    let triangles_after = if mode == 4 {
+        out.get("indices")
+            .and_then(Value::as_u64)
+            .map_or(new_count as u64 / 3, |i| asset.array("accessors")[i as usize]["count"].as_u64().unwrap_or(0) / 3)
+    } else {
+        0
+    };
+    Ok(PrimitiveOut {
+        primitive: out,
+        triangles_before,
+        triangles_after,
+        vertices_before: vertex_count as u64,
+        vertices_after: new_count as u64,
+        max_position_error,
+        normal_error,
+        sparse_targets,
+        dropped_targets,
+    })
+}
+
+struct EncodedAttribute {
+    accessor: Value,
+    bytes: Vec<u8>,
+    stride: usize,
+    filter: &'static str,
+    filtered: Option<Vec<u8>>,
+    position_error: Option<f64>,
+    normal_error: Option<(f64, f64)>,
+}
+
+/// Rounds `v` (in `[lo, hi]` of the normalised range) onto a `bits` grid and returns the
+/// integer to store in a normalised integer of `storage_bits` (8 or 16).
+fn unorm(v: f32, bits: u32, storage_bits: u32) -> u32 {
+    let levels = ((1u32 << bits) - 1) as f32;
+    let storage = ((1u32 << storage_bits) - 1) as f32;
+    let on_grid = (v.clamp(0.0, 1.0) * levels).round() / levels;
+    (on_grid * storage).round() as u32
+}
+
+fn snorm(v: f32, bits: u32, storage_bits: u32) -> i32 {
+    let levels = ((1u32 << (bits - 1)) - 1) as f32;
+    let storage = ((1u32 << (storage_bits - 1)) - 1) as f32;
+    let on_grid = (v.clamp(-1.0, 1.0) * levels).round() / levels;
+    (on_grid * storage).round() as i32
+}
+
+fn storage_bits(bits: u32) -> u32 {
+    if bits <= 8 { 8 } else { 16 }
+}
+
+/// Packs `count` elements of `components` integers into 4-byte-aligned elements.
+fn pack_ints(values: &[i32], components: usize, storage: u32) -> (Vec<u8>, usize) {
+    let size = (storage / 8) as usize;
+    let stride = (components * size).next_multiple_of(4);
+    let mut out = Vec::with_capacity(values.len() / components.max(1) * stride);
+    for element in values.chunks(components) {
+        let start = out.len();
+        for &v in element {
+            if size == 1 {
+                out.push(v as u8);
+            } else {
+                out.extend_from_slice(&(v as u16).to_le_bytes());
+            }
+        }
+        out.resize(start + stride, 0);
+    }
+    (out, stride)
+}
+
+fn pack_floats(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn min_max(values: &[f32], components: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut min = vec![f32::INFINITY; components];
+    let mut max = vec![f32::NEG_INFINITY; components];
+    for element in values.chunks(components) {
+        for (c, &v) in element.iter().enumerate() {
+            min[c] = min[c].min(v);
+            max[c] = max[c].max(v);
+        }
+    }
+    (min, max)
+}
+
+fn encode_attribute(
+    stream: &Stream,
+    values: &[f32],
+    grid: &Option<Grid>,
+    options: &GeometryOptions,
+    weights_total: Option<&[f32]>,
+    weight_sets: &[String],
+) -> Result<EncodedAttribute, GltfError> {
+    let name = stream.name.as_str();
+    let n = stream.components;
+    let float = |values: &[f32]| {
+        let mut accessor = json!({"componentType": FLOAT, "type": accessors::type_name(n)});
+        if name == "POSITION" {
+            let (min, max) = min_max(values, n);
+            accessor["min"] = json!(min);
+            accessor["max"] = json!(max);
+        }
+        // Float data stays float; the meshopt variant stores it with the exponential filter.
+        let filtered = exp_filter(values, n);
+        EncodedAttribute {
+            accessor,
+            bytes: pack_floats(values),
+            stride: n * 4,
+            filter: "EXPONENTIAL",
+            filtered: Some(filtered),
+            position_error: None,
+            normal_error: None,
+        }
+    };
+    match name {
+        "POSITION" => {
+            let grid = grid.as_ref().expect("positions imply a grid");
+            let mut q = Vec::with_capacity(values.len());
+            let mut error = 0f64;
+            for v in values.chunks(3) {
+                let mut d2 = 0f64;
+                for a in 0..3 {
+                    let i = ((v[a] - grid.offset[a]) / grid.scale).round().clamp(0.0, 65535.0) as i32;
+                    let back = grid.offset[a] + i as f32 * grid.scale;
+                    d2 += ((back - v[a]) as f64).powi(2);
+                    q.push(i);
+                }
+                error = error.max(d2.sqrt());
+            }
+            let (bytes, stride) = pack_ints(&q, 3, 16);
+            let (min, max) = min_max(&q.iter().map(|&i| i as f32).collect::<Vec<_>>(), 3);
+            Ok(EncodedAttribute {
+                accessor: json!({"componentType": UNSIGNED_SHORT, "type": "VEC3", "min": min, "max": max}),
+                bytes,
+                stride,
+                filter: "NONE",
+                filtered: None,
+                position_error: Some(error),
+                normal_error: None,
+            })
+        }
+        "NORMAL" | "TANGENT" if n == 3 || n == 4 => {
+            let bits = if name == "NORMAL" { options.normal_bits } else { options.tangent_bits };
+            let storage = storage_bits(bits);
+            let mut q = Vec::with_capacity(values.len());
+            let mut unit = Vec::with_capacity(values.len() / n);
+            for v in values.chunks(n) {
+                let len = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+                let norm = if len > 0.0 { [v[0] / len, v[1] / len, v[2] / len] } else { [0.0, 0.0, 1.0] };
+                for c in norm {
+                    q.push(snorm(c, bits, storage));
+                }
+                let w = if n == 4 { if v[3] < 0.0 { -1.0 } else { 1.0 } } else { 0.0 };
+                if n == 4 {
+                    q.push(snorm(w, bits, storage));
+                }
+                unit.push([norm[0], norm[1], norm[2], w]);
+            }
+            let (bytes, stride) = pack_ints(&q, n, storage);
+            let max_value = ((1u32 << (storage - 1)) - 1) as f32;
+            let plain_error = unit
+                .iter()
+                .zip(q.chunks(n))
+                .map(|(u, s)| angle_deg(u, &[s[0] as f32 / max_value, s[1] as f32 / max_value, s[2] as f32 / max_value]))
+                .fold(0f64, f64::max);
+            // The meshopt variant stores octahedral-encoded values (4 components, w kept).
+            let (filtered, oct_error) = oct_filter(&unit, bits, storage);
+            let component_type = if storage == 8 { BYTE } else { SHORT };
+            Ok(EncodedAttribute {
+                accessor: json!({"componentType": component_type, "normalized": true, "type": accessors::type_name(n)}),
+                bytes: if n == 3 { repack_oct_plain(&filtered, storage, stride).unwrap_or(bytes) } else { bytes },
+                stride,
+                filter: "OCTAHEDRAL",
+                filtered: Some(filtered.0),
+                position_error: None,
+                normal_error: Some((plain_error.max(oct_error), oct_error)),
+            })
+        }
+        _ if name.starts_with("TEXCOORD_") && n == 2 => {
+            if values.iter().all(|v| (0.0..=1.0).contains(v)) {
+                let bits = options.texcoord_bits;
+                let storage = storage_bits(bits);
+                let q: Vec<i32> = values.iter().map(|&v| unorm(v, bits, storage) as i32).collect();
+                let (bytes, stride) = pack_ints(&q, 2, storage);
+                let component_type = if storage == 8 { UNSIGNED_BYTE } else { UNSIGNED_SHORT };
+                Ok(EncodedAttribute {
+                    accessor: json!({"componentType": component_type, "normalized": true, "type": "VEC2"}),
+                    bytes,
+                    stride,
+                    filter: "NONE",
+                    filtered: None,
+                    position_error: None,
+                    normal_error: None,
+                })
+            } else {
+                Ok(float(values))
+            }
+        }
+        _ if name.starts_with("COLOR_") && (n == 3 || n == 4) => {
+            let bits = options.color_bits;
+            let storage = storage_bits(bits);
+            let q: Vec<i32> = values.iter().map(|&v| unorm(v, bits, storage) as i32).collect();
+            let (bytes, stride) = pack_ints(&q, n, storage);
+            let component_type = if storage == 8 { UNSIGNED_BYTE } else { UNSIGNED_SHORT };
+            Ok(EncodedAttribute {
+                accessor: json!({"componentType": component_type, "normalized": true, "type": accessors::type_name(n)}),
+                bytes,
+                stride,
+                filter: "NONE",
+                filtered: None,
+                position_error: None,
+                normal_error: None,
+            })
+        }
+        _ if name.starts_with("JOINTS_") && n == 4 => {
+            let max = values.iter().fold(0f32, |m, &v| m.max(v));
+            let storage = if max < 256.0 { 8 } else { 16 };
+            let q: Vec<i32> = values.iter().map(|&v| v as i32).collect();
+            let (bytes, stride) = pack_ints(&q, 4, storage);
+            Ok(EncodedAttribute {
+                accessor: json!({"componentType": if storage == 8 { UNSIGNED_BYTE } else { UNSIGNED_SHORT }, "type": "VEC4"}),
+                bytes,
+                stride,
+                filter: "NONE",
+                filtered: None,
+                position_error: None,
+                normal_error: None,
+            })
+        }
+        _ if name.starts_with("WEIGHTS_") && n == 4 => {
+            let totals = weights_total.unwrap_or(&[]);
+            let first_set = weight_sets.first().is_some_and(|s| s == name);
+            let q = quantize_weights(values, totals, first_set);
+            let (bytes, stride) = pack_ints(&q, 4, 8);
+            Ok(EncodedAttribute {
+                accessor: json!({"componentType": UNSIGNED_BYTE, "normalized": true, "type": "VEC4"}),
+                bytes,
+                stride,
+                filter: "NONE",
+                filtered: None,
+                position_error: None,
+                normal_error: None,
+            })
+        }
+        _ => {
+            // Attributes this stage does not quantize keep their source type when it is
+            // already an integer one, else stay float.
+            if stream.source.component_type != FLOAT {
+                let q: Vec<i32> = values.iter().map(|&v| v as i32).collect();
+                let storage = if matches!(stream.source.component_type, BYTE | UNSIGNED_BYTE) { 8 } else { 16 };
+                if !stream.source.normalized && stream.source.component_type != UNSIGNED_INT {
+                    let (bytes, stride) = pack_ints(&q, n, storage);
+                    return Ok(EncodedAttribute {
+                        accessor: json!({"componentType": stream.source.component_type, "type": accessors::type_name(n)}),
+                        bytes,
+                        stride,
+                        filter: "NONE",
+                        filtered: None,
+                        position_error: None,
+                        normal_error: None,
+                    });
+                }
+            }
+            Ok(float(values))
+        }
+    }
+}
+
+/// Skin weights as normalised bytes that sum to exactly 255 across all sets: rounding error
+/// goes to the largest weight of the first set.
+fn quantize_weights(values: &[f32], totals: &[f32], first_set: bool) -> Vec<i32> {
+    let mut out = Vec::with_capacity(values.len());
+    for (v, chunk) in values.chunks(4).enumerate() {
+        let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
+        let q: Vec<i32> = chunk.iter().map(|w| ((w / total) * 255.0).round() as i32).collect();
+        out.extend(q);
+    }
+    if first_set {
+        // Fix the sum (of this set; other sets are rounded on their own and small).
+        for chunk in out.chunks_mut(4) {
+            let sum: i32 = chunk.iter().sum();
+            if sum != 255 && sum > 0 {
+                let (largest, _) = chunk.iter().enumerate().max_by_key(|(_, w)| **w).unwrap();
+                chunk[largest] = (chunk[largest] + 255 - sum).clamp(0, 255);
+            }
+        }
+    }
+    out
+}
+
+fn angle_deg(a: &[f32; 4], b: &[f32; 3]) -> f64 {
+    let lb = (b[0] * b[0] + b[1] * b[1] + b[2] * b[2]).sqrt().max(1e-12);
+    let dot = ((a[0] * b[0] + a[1] * b[1] + a[2] * b[2]) / lb).clamp(-1.0, 1.0);
+    (dot as f64).acos().to_degrees()
+}
+
+/// Octahedral filter input for the meshopt variant, and the angle error after decoding.
+fn oct_filter(unit: &[[f32; 4]], bits: u32, storage: u32) -> ((Vec<u8>, usize), f64) {
+    let stride = if storage == 8 { 4 } else { 8 };
+    let mut out = vec![0u8; unit.len() * stride];
+    // SAFETY: `out` holds unit.len() elements of `stride` bytes; `unit` is 4 floats each.
+    unsafe {
+        meshopt::ffi::meshopt_encodeFilterOct(
+            out.as_mut_ptr().cast(),
+            unit.len(),
+            stride,
+            bits as i32,
+            unit.as_ptr().cast(),
+        );
+    }
+    let mut decoded = out.clone();
+    // SAFETY: as above.
+    unsafe { meshopt::ffi::meshopt_decodeFilterOct(decoded.as_mut_ptr().cast(), unit.len(), stride) };
+    let max_value = ((1u32 << (storage - 1)) - 1) as f32;
+    let read = |e: &[u8], c: usize| -> f32 {
+        if storage == 8 {
+            e[c] as i8 as f32 / max_value
+        } else {
+            i16::from_le_bytes([e[2 * c], e[2 * c + 1]]) as f32 / max_value
+        }
+    };
+    let error = unit
+        .iter()
+        .zip(decoded.chunks(stride))
+        .map(|(u, e)| angle_deg(u, &[read(e, 0), read(e, 1), read(e, 2)]))
+        .fold(0f64, f64::max);
+    ((out, stride), error)
+}
+
+/// For VEC3 normals the quantized variant stores exactly what the octahedral decoder would
+/// produce, so both variants hold the same normals (and the meshopt fallback is exact).
+fn repack_oct_plain(filtered: &(Vec<u8>, usize), storage: u32, stride: usize) -> Option<Vec<u8>> {
+    let (data, filtered_stride) = filtered;
+    if *filtered_stride != stride {
+        return None;
+    }
+    let mut decoded = data.clone();
+    let count = data.len() / stride;
+    let _ = storage;
+    // SAFETY: `decoded` holds `count` elements of `stride` (4 or 8) bytes.
+    unsafe { meshopt::ffi::meshopt_decodeFilterOct(decoded.as_mut_ptr().cast(), count, stride) };
+    // The decoder writes xyz and keeps w (the padding): clear the padding component.
+    let size = stride / 4;
+    for element in decoded.chunks_mut(stride) {
+        for b in &mut element[3 * size..] {
+            *b = 0;
+        }
+    }
+    Some(decoded)
+}
+
+/// Exponential-filter input for float data in the meshopt variant.
+fn exp_filter(values: &[f32], components: usize) -> Vec<u8> {
+    let count = values.len() / components.max(1);
+    let stride = components * 4;
+    let mut out = vec![0u8; values.len() * 4];
+    // SAFETY: `out` holds count × stride bytes; `values` count × components floats.
+    unsafe {
+        meshopt::ffi::meshopt_encodeFilterExp(
+            out.as_mut_ptr().cast(),
+            count,
+            stride,
+            24,
+            values.as_ptr(),
+            meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpSeparate,
+        );
+    }
+    out
+}
+
+enum TargetKind {
+    Dense,
+    Sparse,
+    Zero,
+}
+
+/// One morph target attribute: deltas on the position grid (coarsened to `morph_bits`), as a
+/// zero accessor, a sparse one or a dense one, whichever is smallest.
+fn encode_target(
+    asset: &mut Asset,
+    stream: &Stream,
+    values: &[f32],
+    grid: &Option<Grid>,
+    options: &GeometryOptions,
+    codecs: &mut HashMap<usize, ViewCodec>,
+) -> Result<(usize, TargetKind), GltfError> {
+    let n = stream.components.min(3);
+    let count = values.len() / stream.components.max(1);
+    let deltas: Vec<f32> = values
+        .chunks(stream.components)
+        .flat_map(|c| c[..n].iter().copied())
+        .collect();
+    let (ints, component_type, normalized): (Vec<i32>, u64, bool) = match (stream.name.as_str(), grid) {
+        ("POSITION", Some(grid)) => {
+            let raw: Vec<i32> = deltas.iter().map(|d| (d / grid.scale).round() as i32).collect();
+            let max = raw.iter().map(|v| v.abs()).max().unwrap_or(0);
+            let limit = (1i32 << (options.morph_bits - 1)) - 1;
+            let step = if max > limit { (max + limit - 1) / limit } else { 1 };
+            let q: Vec<i32> = deltas
+                .iter()
+                .map(|d| ((d / grid.scale / step as f32).round() as i32 * step).clamp(-32767, 32767))
+                .collect();
+            let wide = q.iter().any(|v| v.abs() > 127);
+            (q, if wide { SHORT } else { BYTE }, false)
+        }
+        _ => {
+            if deltas.iter().any(|d| d.abs() > 1.0) {
+                return Ok((dense_float_target(asset, &deltas, n, codecs), TargetKind::Dense));
+            }
+            let bits = options.morph_bits.max(8);
+            let storage = storage_bits(bits);
+            let q: Vec<i32> = deltas.iter().map(|&d| snorm(d, bits, storage)).collect();
+            (q, if storage == 8 { BYTE } else { SHORT }, true)
+        }
+    };
+    let storage = if component_type == BYTE { 8 } else { 16 };
+    let as_float = |v: i32| {
+        if normalized {
+            v as f32 / if storage == 8 { 127.0 } else { 32767.0 }
+        } else {
+            v as f32
+        }
+    };
+    let float_values: Vec<f32> = ints.iter().map(|&v| as_float(v)).collect();
+    let (min, max) = min_max(&float_values, n);
+    let mut accessor = json!({"componentType": component_type, "type": accessors::type_name(n), "count": count});
+    if normalized {
+        accessor["normalized"] = json!(true);
+    }
+    if stream.name == "POSITION" {
+        accessor["min"] = json!(min.iter().map(|v| if v.is_finite() { *v } else { 0.0 }).collect::<Vec<_>>());
+        accessor["max"] = json!(max.iter().map(|v| if v.is_finite() { *v } else { 0.0 }).collect::<Vec<_>>());
+    }
+    let nonzero: Vec<usize> = (0..count)
+        .filter(|&v| ints[v * n..v * n + n].iter().any(|&x| x != 0))
+        .collect();
+    if nonzero.is_empty() {
+        // An accessor without a buffer view reads as zeros: the target costs no bytes.
+        if stream.name == "POSITION" {
+            accessor["min"] = json!([0.0, 0.0, 0.0]);
+            accessor["max"] = json!([0.0, 0.0, 0.0]);
+        }
+        return Ok((push_accessor(asset, accessor), TargetKind::Zero));
+    }
+    let (dense, stride) = pack_ints(&ints, n, storage);
+    let element = stride;
+    let index_size = if count <= 65_536 { 2 } else { 4 };
+    let sparse_bytes = nonzero.len() * (index_size.max(4) + element) + 16;
+    if options.sparse_morph_targets && sparse_bytes < dense.len() {
+        let index_bytes: Vec<u8> = if index_size == 2 {
+            nonzero.iter().flat_map(|&i| (i as u16).to_le_bytes()).collect()
+        } else {
+            nonzero.iter().flat_map(|&i| (i as u32).to_le_bytes()).collect()
+        };
+        let picked: Vec<i32> = nonzero.iter().flat_map(|&v| ints[v * n..v * n + n].iter().copied()).collect();
+        // Sparse values are tightly packed (no byteStride allowed on their view).
+        let values_bytes: Vec<u8> = picked
+            .iter()
+            .flat_map(|&v| if storage == 8 { vec![v as u8] } else { (v as u16).to_le_bytes().to_vec() })
+            .collect();
+        let index_view = push_view(asset, index_bytes, None, None);
+        let values_view = push_view(asset, values_bytes, None, None);
+        accessor["sparse"] = json!({
+            "count": nonzero.len(),
+            "indices": {"bufferView": index_view, "componentType": if index_size == 2 { UNSIGNED_SHORT } else { UNSIGNED_INT }},
+            "values": {"bufferView": values_view},
+        });
+        return Ok((push_accessor(asset, accessor), TargetKind::Sparse));
+    }
+    let view = push_view(asset, dense, Some(stride), Some(ARRAY_BUFFER));
+    accessor["bufferView"] = json!(view);
+    codecs.insert(
+        view,
+        ViewCodec {
+            mode: "ATTRIBUTES",
+            filter: "NONE",
+            filtered: None,
+        },
+    );
+    Ok((push_accessor(asset, accessor), TargetKind::Dense))
+}
+
+fn dense_float_target(asset: &mut Asset, deltas: &[f32], n: usize, codecs: &mut HashMap<usize, ViewCodec>) -> usize {
+    let view = push_view(asset, pack_floats(deltas), Some(n * 4), Some(ARRAY_BUFFER));
+    codecs.insert(
+        view,
+        ViewCodec {
+            mode: "ATTRIBUTES",
+            filter: "EXPONENTIAL",
+            filtered: Some(exp_filter(deltas, n)),
+        },
+    );
+    push_accessor(
+        asset,
+        json!({"bufferView": view, "componentType": FLOAT, "type": accessors::type_name(n), "count": deltas.len() / n}),
+    )
+}
+
+/// Puts `real = offset + scale × q` where glTF applies it: the inverse bind matrices of
+/// skinned meshes, and a child node carrying the mesh for everything else.
+fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError> {
+    let s = grid.scale;
+    let o = grid.offset;
+    // Column-major D = translate(o) · scale(s).
+    let d: [f32; 16] = [s, 0., 0., 0., 0., s, 0., 0., 0., 0., s, 0., o[0], o[1], o[2], 1.];
+    let node_count = asset.array("nodes").len();
+    let mut skins_done = BTreeSet::new();
+    let mut moved: BTreeMap<usize, usize> = BTreeMap::new();
+    for n in 0..node_count {
+        let node = asset.json["nodes"][n].clone();
+        let Some(mesh) = node.get("mesh").cloned() else {
+            continue;
+        };
+        if let Some(skin) = node.get("skin").and_then(Value::as_u64) {
+            let skin = skin as usize;
+            if skins_done.insert(skin) {
+                premultiply_inverse_binds(asset, skin, &d)?;
+            }
+            continue;
+        }
+        // A child node holds the mesh with the dequantization transform, so the node's own
+        // transform, animations and children are untouched.
+        let mut child = json!({"mesh": mesh, "translation": o, "scale": [s, s, s]});
+        if let Some(weights) = node.get("weights") {
+            child["weights"] = weights.clone();
+        }
+        let child_index = asset.array("nodes").len();
+        asset.json["nodes"].as_array_mut().unwrap().push(child);
+        let parent = asset.json["nodes"][n].as_object_mut().unwrap();
+        parent.remove("mesh");
+        parent.remove("weights");
+        let children = parent.entry("children").or_insert_with(|| json!([]));
+        children.as_array_mut().unwrap().push(json!(child_index));
+        moved.insert(n, child_index);
+    }
+    // Morph weight animations follow the mesh to its new node.
+    if let Some(animations) = asset.json.get_mut("animations").and_then(Value::as_array_mut) {
+        for animation in animations {
+            for channel in animation["channels"].as_array_mut().into_iter().flatten() {
+                let target = &mut channel["target"];
+                if target["path"] == "weights"
+                    && let Some(node) = target["node"].as_u64()
+                    && let Some(child) = moved.get(&(node as usize))
+                {
+                    target["node"] = json!(child);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn premultiply_inverse_binds(asset: &mut Asset, skin: usize, d: &[f32; 16]) -> Result<(), GltfError> {
+    let what = format!("skins[{skin}]");
+    let joints = asset.json["skins"][skin]["joints"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let matrices: Vec<f32> = match asset.json["skins"][skin].get("inverseBindMatrices").and_then(Value::as_u64) {
+        Some(index) => {
+            let (layout, values) = accessors::read_f32(asset, index as usize)?;
+            if layout.components != 16 || layout.count < joints {
+                return Err(invalid(&what, "inverseBindMatrices is not one MAT4 per joint"));
+            }
+            values
+        }
+        None => (0..joints)
+            .flat_map(|_| [1., 0., 0., 0., 0., 1., 0., 0., 0., 0., 1., 0., 0., 0., 0., 1.])
+            .collect(),
+    };
+    let product: Vec<f32> = matrices.chunks(16).flat_map(|m| mat4_mul(m, d)).collect();
+    let count = product.len() / 16;
+    let view = push_view(asset, pack_floats(&product), None, None);
+    let index = push_accessor(
+        asset,
+        json!({"bufferView": view, "componentType": FLOAT, "count": count, "type": "MAT4"}),
+    );
+    asset.json["skins"][skin]["inverseBindMatrices"] = json!(index);
+    Ok(())
+}
+
+/// Column-major 4×4 product `a · b`.
+fn mat4_mul(a: &[f32], b: &[f32; 16]) -> [f32; 16] {
+    let mut out = [0f32; 16];
+    for col in 0..4 {
+        for row in 0..4 {
+            out[col * 4 + row] = (0..4).map(|k| a[k * 4 + row] * b[col * 4 + k]).sum();
+        }
+    }
+    out
+}
+
+fn add_extension(json: &mut Value, name: &str, required: bool) {
+    for list in ["extensionsUsed", "extensionsRequired"] {
+        if list == "extensionsRequired" && !required {
+            continue;
+        }
+        let object = json.as_object_mut().expect("object");
+        let entry = object.entry(list).or_insert_with(|| json!([]));
+        let array = entry.as_array_mut().expect("array");
+        if !array.iter().any(|e| e == name) {
+            array.push(json!(name));
+        }
+    }
+}
+
+fn remove_extension(json: &mut Value, name: &str) {
+    for list in ["extensionsUsed", "extensionsRequired"] {
+        if let Some(array) = json.get_mut(list).and_then(Value::as_array_mut) {
+            array.retain(|e| e != name);
+            if array.is_empty() {
+                json.as_object_mut().unwrap().remove(list);
+            }
+        }
+    }
+}
+
+/// Drops accessors and views nothing refers to any more (the source's geometry), renumbering
+/// every reference. Returns the codec table under the new view numbers.
+fn collect_garbage(asset: &mut Asset, codecs: HashMap<usize, ViewCodec>) -> HashMap<usize, ViewCodec> {
+    let json = &mut asset.json;
+    // Input meshopt extensions are decoded away: views are plain now.
+    remove_extension(json, "EXT_meshopt_compression");
+    remove_extension(json, "KHR_meshopt_compression");
+    if let Some(buffers) = json.get_mut("buffers").and_then(Value::as_array_mut) {
+        for b in buffers {
+            if let Some(ext) = b.get_mut("extensions").and_then(Value::as_object_mut) {
+                ext.remove("EXT_meshopt_compression");
+                ext.remove("KHR_meshopt_compression");
+            }
+        }
+    }
+    let mut used_accessors = BTreeSet::new();
+    let mut note = |v: &Value| {
+        if let Some(i) = v.as_u64() {
+            used_accessors.insert(i as usize);
+        }
+    };
+    for mesh in json.get("meshes").and_then(Value::as_array).into_iter().flatten() {
+        for p in mesh["primitives"].as_array().into_iter().flatten() {
+            p["attributes"].as_object().into_iter().flatten().for_each(|(_, v)| note(v));
+            note(&p["indices"]);
+            for t in p["targets"].as_array().into_iter().flatten() {
+                t.as_object().into_iter().flatten().for_each(|(_, v)| note(v));
+            }
+        }
+    }
+    for skin in json.get("skins").and_then(Value::as_array).into_iter().flatten() {
+        note(&skin["inverseBindMatrices"]);
+    }
+    for animation in json.get("animations").and_then(Value::as_array).into_iter().flatten() {
+        for sampler in animation["samplers"].as_array().into_iter().flatten() {
+            note(&sampler["input"]);
+            note(&sampler["output"]);
+        }
+    }
+    let accessor_map: HashMap<usize, usize> = used_accessors.iter().enumerate().map(|(new, &old)| (old, new)).collect();
+    let old_accessors = json.get("accessors").and_then(Value::as_array).cloned().unwrap_or_default();
+    let accessors: Vec<Value> = used_accessors.iter().map(|&i| old_accessors[i].clone()).collect();
+
+    let mut used_views = BTreeSet::new();
+    for a in &accessors {
+        for pointer in ["/bufferView", "/sparse/indices/bufferView", "/sparse/values/bufferView"] {
+            if let Some(v) = a.pointer(pointer).and_then(Value::as_u64) {
+                used_views.insert(v as usize);
+            }
+        }
+    }
+    for image in json.get("images").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(v) = image["bufferView"].as_u64() {
+            used_views.insert(v as usize);
+        }
+    }
+    let view_map: HashMap<usize, usize> = used_views.iter().enumerate().map(|(new, &old)| (old, new)).collect();
+    let remap_accessor = |v: &mut Value| {
+        if let Some(i) = v.as_u64() {
+            *v = json!(accessor_map[&(i as usize)]);
+        }
+    };
+    for mesh in json.get_mut("meshes").and_then(Value::as_array_mut).into_iter().flatten() {
+        for p in mesh["primitives"].as_array_mut().into_iter().flatten() {
+            p["attributes"].as_object_mut().into_iter().flatten().for_each(|(_, v)| remap_accessor(v));
+            if p.get("indices").is_some() {
+                remap_accessor(&mut p["indices"]);
+            }
+            for t in p["targets"].as_array_mut().into_iter().flatten() {
+                t.as_object_mut().into_iter().flatten().for_each(|(_, v)| remap_accessor(v));
+            }
+        }
+    }
+    for skin in json.get_mut("skins").and_then(Value::as_array_mut).into_iter().flatten() {
+        if skin.get("inverseBindMatrices").is_some() {
+            remap_accessor(&mut skin["inverseBindMatrices"]);
+        }
+    }
+    for animation in json.get_mut("animations").and_then(Value::as_array_mut).into_iter().flatten() {
+        for sampler in animation["samplers"].as_array_mut().into_iter().flatten() {
+            remap_accessor(&mut sampler["input"]);
+            remap_accessor(&mut sampler["output"]);
+        }
+    }
+    let mut accessors = accessors;
+    for a in &mut accessors {
+        for pointer in ["/bufferView", "/sparse/indices/bufferView", "/sparse/values/bufferView"] {
+            if let Some(v) = a.pointer_mut(pointer)
+                && let Some(i) = v.as_u64()
+            {
+                *v = json!(view_map[&(i as usize)]);
+            }
+        }
+    }
+    for image in json.get_mut("images").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(i) = image["bufferView"].as_u64() {
+            image["bufferView"] = json!(view_map[&(i as usize)]);
+        }
+    }
+    let old_views = json.get("bufferViews").and_then(Value::as_array).cloned().unwrap_or_default();
+    let views_json: Vec<Value> = used_views.iter().map(|&i| old_views[i].clone()).collect();
+    let views_data: Vec<Vec<u8>> = used_views.iter().map(|&i| std::mem::take(&mut asset.views[i])).collect();
+    set_array(json, "accessors", accessors);
+    set_array(json, "bufferViews", views_json);
+    asset.views = views_data;
+    codecs
+        .into_iter()
+        .filter_map(|(old, codec)| view_map.get(&old).map(|&new| (new, codec)))
+        .collect()
+}
+
+fn set_array(json: &mut Value, name: &str, items: Vec<Value>) {
+    let object = json.as_object_mut().expect("object");
+    if items.is_empty() {
+        object.remove(name);
+    } else {
+        object.insert(name.into(), Value::Array(items));
+    }
+}
+
+/// The `meshopt` variant: geometry views compressed, everything else as in `quantized`.
+fn write_meshopt(asset: &Asset, codecs: &HashMap<usize, ViewCodec>, options: &GeometryOptions) -> Vec<u8> {
+    let extension = options.codec.extension();
+    let version = match options.codec {
+        MeshoptCodec::Ext => 0,
+        MeshoptCodec::Khr => 1,
+    };
+    let mut json = asset.json.clone();
+    let mut bin: Vec<u8> = Vec::new();
+    let mut fallback_len = 0usize;
+    let mut views = Vec::with_capacity(asset.views.len());
+    let mut any = false;
+    for (i, data) in asset.views.iter().enumerate() {
+        let mut view = json["bufferViews"][i].clone();
+        let object = view.as_object_mut().expect("object");
+        object.remove("extensions");
+        let codec = codecs.get(&i);
+        let stride = object.get("byteStride").and_then(Value::as_u64).map(|s| s as usize);
+        let compressed = codec.and_then(|codec| {
+            let count_of = |s: usize| data.len() / s;
+            match codec.mode {
+                "ATTRIBUTES" => {
+                    let stride = stride?;
+                    if data.is_empty() || stride % 4 != 0 || stride > 256 {
+                        return None;
+                    }
+                    let input = codec.filtered.as_deref().unwrap_or(data);
+                    let filter = codec.filter;
+                    Some((meshopt_codec::encode_attributes(input, stride, options.vertex_level, version), stride, count_of(stride), filter))
+                }
+                "TRIANGLES" | "INDICES" => {
+                    let index_size = if json_component_size(&json, i) == 4 { 4 } else { 2 };
+                    let indices: Vec<u32> = data
+                        .chunks(index_size)
+                        .map(|c| if index_size == 2 { u16::from_le_bytes([c[0], c[1]]) as u32 } else { u32::from_le_bytes([c[0], c[1], c[2], c[3]]) })
+                        .collect();
+                    let vertex_count = indices.iter().max().map_or(0, |m| *m as usize + 1);
+                    let encoded = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 {
+                        meshopt_codec::encode_triangles(&indices, vertex_count)
+                    } else {
+                        meshopt_codec::encode_index_sequence(&indices, vertex_count)
+                    };
+                    let mode = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 { "TRIANGLES" } else { "INDICES" };
+                    Some((encoded, index_size, indices.len(), if mode == "TRIANGLES" { "TRIANGLES" } else { "INDICES" }))
+                }
+                _ => None,
+            }
+        });
+        while bin.len() % 4 != 0 {
+            bin.push(0);
+        }
+        match compressed {
+            Some((encoded, stride, count, filter_or_mode)) => {
+                any = true;
+                let (mode, filter) = match codec.map(|c| c.mode) {
+                    Some("ATTRIBUTES") => ("ATTRIBUTES", filter_or_mode),
+                    _ => (filter_or_mode, "NONE"),
+                };
+                fallback_len = fallback_len.next_multiple_of(4);
+                object.insert("buffer".into(), json!(1));
+                object.insert("byteOffset".into(), json!(fallback_len));
+                object.insert("byteLength".into(), json!(data.len()));
+                let mut ext = json!({
+                    "buffer": 0, "byteOffset": bin.len(), "byteLength": encoded.len(),
+                    "byteStride": stride, "count": count, "mode": mode,
+                });
+                if filter != "NONE" {
+                    ext["filter"] = json!(filter);
+                }
+                object.insert("extensions".into(), json!({ extension: ext }));
+                fallback_len += data.len();
+                bin.extend_from_slice(&encoded);
+            }
+            None => {
+                object.insert("buffer".into(), json!(0));
+                object.insert("byteOffset".into(), json!(bin.len()));
+                object.insert("byteLength".into(), json!(data.len()));
+                bin.extend_from_slice(data);
+            }
+        }
+        views.push(view);
+    }
+    while bin.len() % 4 != 0 {
+        bin.push(0);
+    }
+    if !views.is_empty() {
+        json["bufferViews"] = Value::Array(views);
+    }
+    let mut buffers = vec![json!({ "byteLength": bin.len() })];
+    if any {
+        buffers.push(json!({ "byteLength": fallback_len.next_multiple_of(4), "extensions": { extension: { "fallback": true } } }));
+        add_extension(&mut json, extension, true);
+    }
+    if bin.is_empty() && !any {
+        json.as_object_mut().unwrap().remove("buffers");
+        return crate::gltf::write_glb(&json, None);
+    }
+    json["buffers"] = Value::Array(buffers);
+    crate::gltf::write_glb(&json, Some(&bin))
+}
+
+/// Component size of the (index) accessor that uses view `view`.
+fn json_component_size(json: &Value, view: usize) -> usize {
+    json.get("accessors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|a| a["bufferView"].as_u64() == Some(view as u64))
+        .and_then(|a| a["componentType"].as_u64())
+        .and_then(accessors::component_size)
+        .unwrap_or(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gltf::NoResources;
+
+    /// A unit quad (two triangles, non-indexed, with a duplicate vertex) with normals and UVs.
+    fn quad() -> Vec<u8> {
+        let positions: [[f32; 3]; 6] = [[0., 0., 0.], [2., 0., 0.], [2., 1., 0.], [0., 0., 0.], [2., 1., 0.], [0., 1., 0.]];
+        let normals = [[0f32, 0., 1.]; 6];
+        let uvs: [[f32; 2]; 6] = [[0., 0.], [1., 0.], [1., 1.], [0., 0.], [1., 1.], [0., 1.]];
+        let mut bin = Vec::new();
+        for p in positions { for c in p { bin.extend_from_slice(&c.to_le_bytes()); } }
+        for n in normals { for c in n { bin.extend_from_slice(&c.to_le_bytes()); } }
+        for t in uvs { for c in t { bin.extend_from_slice(&c.to_le_bytes()); } }
+        let json = json!({
+            "asset": {"version": "2.0"},
+            "scene": 0, "scenes": [{"nodes": [0]}],
+            "nodes": [{"mesh": 0, "name": "quad", "translation": [5, 0, 0]}],
+            "meshes": [{"primitives": [{"attributes": {"POSITION": 0, "NORMAL": 1, "TEXCOORD_0": 2}}], "extras": {"keep": 1}}],
+            "buffers": [{"byteLength": bin.len()}],
+            "bufferViews": [
+                {"buffer": 0, "byteOffset": 0, "byteLength": 72},
+                {"buffer": 0, "byteOffset": 72, "byteLength": 72},
+                {"buffer": 0, "byteOffset": 144, "byteLength": 48}
+            ],
+            "accessors": [
+                {"bufferView": 0, "componentType": FLOAT, "count": 6, "type": "VEC3", "min": [0,0,0], "max": [2,1,0]},
+                {"bufferView": 1, "componentType": FLOAT, "count": 6, "type": "VEC3"},
+                {"bufferView": 2, "componentType": FLOAT, "count": 6, "type": "VEC2"}
+            ]
+        });
+        crate::gltf::write_glb(&json, Some(&bin))
+    }
+
+    #[test]
+    fn quad_is_indexed_deduplicated_quantized_and_placed() {
+        let out = optimize_model(&quad(), &NoResources, &GeometryOptions::default()).unwrap();
+        assert_eq!(out.report.vertices_before, 6);
+        assert_eq!(out.report.vertices_after, 4);
+        assert_eq!(out.report.triangles_before, 2);
+        assert_eq!(out.report.triangles_after, 2);
+        assert!(out.report.max_position_error_relative < 1.0 / 16383.0);
+        let q = Asset::read(&out.quantized, &NoResources).unwrap();
+        assert!(q.uses_extension("KHR_mesh_quantization"));
+        assert_eq!(q.json["meshes"][0]["extras"]["keep"], 1);
+        // The mesh moved to a child node that carries the dequantization.
+        assert!(q.json["nodes"][0].get("mesh").is_none());
+        let child = q.json["nodes"][0]["children"][0].as_u64().unwrap() as usize;
+        assert_eq!(q.json["nodes"][child]["mesh"], 0);
+        let s = q.json["nodes"][child]["scale"][0].as_f64().unwrap();
+        let (_, pos) = accessors::read_f32(&q, q.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"].as_u64().unwrap() as usize).unwrap();
+        let max_x = pos.chunks(3).map(|p| p[0]).fold(0f32, f32::max) as f64 * s;
+        assert!((max_x - 2.0).abs() < 1e-3, "{max_x}");
+        let m = Asset::read(&out.meshopt, &NoResources).unwrap();
+        assert!(m.uses_extension("EXT_meshopt_compression"));
+        // Decoding the meshopt variant gives the quantized variant's data.
+        let pi = m.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"].as_u64().unwrap() as usize;
+        assert_eq!(accessors::read_f32(&m, pi).unwrap().1, pos);
+    }
+
+    #[test]
+    fn broken_models_fail_with_a_reason() {
+        let mut bytes = quad();
+        let err = optimize_model(&bytes[..bytes.len() - 40], &NoResources, &GeometryOptions::default()).unwrap_err();
+        assert!(matches!(err, ModelError::Invalid(_)), "{err}");
+        // NaN in a position.
+        let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let bin_start = 20 + json_len + 8;
+        bytes[bin_start..bin_start + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let err = optimize_model(&bytes, &NoResources, &GeometryOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("NaN"), "{err}");
+    }
+}
