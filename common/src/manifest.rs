@@ -21,6 +21,30 @@ pub struct Manifest {
     pub created_at: String,
     /// Sorted by `path`.
     pub files: Vec<ManifestFile>,
+    /// Each glTF model's variants (`meshopt`, `quantized`, `original`), in `files` order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ManifestModel>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestModel {
+    /// The model's path in the build (what the game asks for).
+    pub path: String,
+    /// The variant to load by default: the smallest after brotli.
+    pub preferred: String,
+    /// The variant to load where the preferred one can't be decoded.
+    pub fallback: String,
+    pub variants: Vec<ModelVariant>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelVariant {
+    pub variant: String,
+    pub path: String,
+    pub url: String,
+    pub size: u64,
+    pub brotli_size: u64,
+    pub needs_decoder: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

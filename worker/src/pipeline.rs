@@ -13,6 +13,7 @@ use kiln_common::signing::ManifestSigner;
 use serde::Serialize;
 
 use crate::stages::encode::{self, EncodeOptions, OutputFile};
+use crate::stages::geometry::{self, GeometryOptions, ModelOutcome, ModelVariants};
 use crate::stages::inventory::{self, FileKind, Inventory};
 use crate::stages::publish::{self, PublishPlan};
 use crate::stages::sign::{self, SignedManifest};
@@ -23,7 +24,8 @@ use crate::stages::{FileTree, PackageFormat};
 pub const STAGES: &[&str] = &[
     unpack::NAME,
     inventory::NAME,
-    // Later stages (engine split, geometry, animation, VAT) go here.
+    // Later stages (engine split, animation, VAT) go here.
+    geometry::NAME,
     encode::NAME,
     sign::NAME,
     publish::NAME,
@@ -33,6 +35,7 @@ pub const STAGES: &[&str] = &[
 pub struct PipelineOptions {
     pub unpack: UnpackLimits,
     pub encode: EncodeOptions,
+    pub geometry: GeometryOptions,
     /// URL prefix for published objects, e.g. `http://127.0.0.1:8080/cdn`.
     pub cdn_base: String,
     /// Pause before each stage. Only for crash-recovery tests and demos.
@@ -165,6 +168,29 @@ pub fn prepare(
         })?;
     report.record(inventory::NAME, &inventory_report);
 
+    let (tree, outcomes, geometry_report) =
+        step(observer, &mut report, options, geometry::NAME, |obs| {
+            geometry::run(&tree, &inventory, &options.geometry, &mut |done| {
+                obs.progress(geometry::NAME, done)
+            })
+            .map_err(|e| PipelineError {
+                stage: geometry::NAME,
+                file: None,
+                permanent: e.is_permanent(),
+                reason: e.to_string(),
+            })
+        })?;
+    let (inventory, models) = apply_geometry(&tree, &outcomes).map_err(|error| {
+        Box::new(Failed {
+            error,
+            report: std::mem::take(&mut report),
+        })
+    })?;
+    report.record(
+        geometry::NAME,
+        &serde_json::json!({ "summary": geometry_report, "models": models }),
+    );
+
     let (outputs, encode_report) = step(observer, &mut report, options, encode::NAME, |obs| {
         encode::run(
             &tree,
@@ -183,7 +209,13 @@ pub fn prepare(
     report.record(encode::NAME, &encode_report);
 
     let (signed, sign_report) = step(observer, &mut report, options, sign::NAME, |_| {
-        Ok(sign::run(identity, &outputs, &options.cdn_base, signer))
+        Ok(sign::run(
+            identity,
+            &outputs,
+            &models,
+            &options.cdn_base,
+            signer,
+        ))
     })?;
     report.record(sign::NAME, &sign_report);
 
@@ -198,6 +230,44 @@ pub fn prepare(
         plan,
         report,
     })
+}
+
+/// Inventories the tree again (it now holds the variants) and notes on each model what the
+/// geometry stage did with it.
+fn apply_geometry(
+    tree: &FileTree,
+    outcomes: &[ModelOutcome],
+) -> Result<(Inventory, Vec<ModelVariants>), PipelineError> {
+    let (mut inventory, _) = inventory::run(tree).map_err(|e| PipelineError {
+        stage: geometry::NAME,
+        file: None,
+        permanent: e.is_permanent(),
+        reason: e.to_string(),
+    })?;
+    let mut models = Vec::new();
+    for outcome in outcomes {
+        match outcome {
+            ModelOutcome::Optimized(variants) => {
+                for entry in &mut inventory.entries {
+                    if entry.path == variants.quantized || entry.path == variants.meshopt {
+                        entry.used_by = Some(variants.source.clone());
+                    }
+                }
+                models.push(variants.clone());
+            }
+            ModelOutcome::Kept(path, why) => {
+                if let Some(entry) = inventory.entries.iter_mut().find(|e| &e.path == path) {
+                    entry.warnings.push(why.clone());
+                }
+            }
+            ModelOutcome::Failed(path, why) => {
+                if let Some(entry) = inventory.entries.iter_mut().find(|e| &e.path == path) {
+                    entry.error = Some(format!("geometry: {why}"));
+                }
+            }
+        }
+    }
+    Ok((inventory, models))
 }
 
 /// Runs one stage between the observer's start and finish, timing it.

@@ -60,7 +60,17 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(stages, ["unpack", "inventory", "encode", "sign", "publish"]);
+    assert_eq!(
+        stages,
+        [
+            "unpack",
+            "inventory",
+            "geometry",
+            "encode",
+            "sign",
+            "publish"
+        ]
+    );
     for stage in status["stages"].as_array().unwrap() {
         assert_eq!(stage["status"], "succeeded", "{stage}");
         assert!(stage["started_at"].is_string() && stage["finished_at"].is_string());
@@ -127,6 +137,36 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
     ] {
         assert!(paths.contains(&expected), "{expected} in {paths:?}");
     }
+    // The model has its variants, each a file of the manifest, the preferred one the
+    // smallest after brotli.
+    let model = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"] == "assets/Fox.glb")
+        .expect("Fox.glb has variants");
+    let variants = model["variants"].as_array().unwrap();
+    let names: Vec<&str> = variants
+        .iter()
+        .map(|v| v["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["meshopt", "quantized", "original"]);
+    for variant in variants {
+        assert!(
+            paths.contains(&variant["path"].as_str().unwrap()),
+            "{variant}"
+        );
+    }
+    let smallest = variants
+        .iter()
+        .filter(|v| v["variant"] != "original")
+        .min_by_key(|v| v["brotli_size"].as_u64().unwrap())
+        .unwrap();
+    assert_eq!(model["preferred"], smallest["variant"]);
+    assert!(
+        variants[0]["size"].as_u64().unwrap() < variants[2]["size"].as_u64().unwrap(),
+        "meshopt is smaller than the original: {model}"
+    );
     let mut saw_brotli = false;
     for file in files {
         let url = file["url"].as_str().unwrap();

@@ -71,7 +71,10 @@ pub fn layout(asset: &Asset, index: usize) -> Result<Layout, GltfError> {
         .and_then(Value::as_u64)
         .ok_or_else(|| invalid(&what, "count missing"))? as usize;
     if count > MAX_ELEMENTS {
-        return Err(invalid(&what, format!("count {count} is larger than Kiln accepts ({MAX_ELEMENTS})")));
+        return Err(invalid(
+            &what,
+            format!("count {count} is larger than Kiln accepts ({MAX_ELEMENTS})"),
+        ));
     }
     let components = a
         .get("type")
@@ -87,7 +90,10 @@ pub fn layout(asset: &Asset, index: usize) -> Result<Layout, GltfError> {
         count,
         components,
         component_type,
-        normalized: a.get("normalized").and_then(Value::as_bool).unwrap_or(false),
+        normalized: a
+            .get("normalized")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     })
 }
 
@@ -104,7 +110,11 @@ fn component(bytes: &[u8], component_type: u64, normalized: bool) -> f32 {
         }
         SHORT => {
             let v = i16::from_le_bytes([bytes[0], bytes[1]]) as f32;
-            if normalized { (v / 32767.0).max(-1.0) } else { v }
+            if normalized {
+                (v / 32767.0).max(-1.0)
+            } else {
+                v
+            }
         }
         UNSIGNED_SHORT => {
             let v = u16::from_le_bytes([bytes[0], bytes[1]]) as f32;
@@ -134,7 +144,10 @@ fn read_elements(
         .and_then(Value::as_u64)
         .map_or(element, |s| s as usize);
     if stride < element {
-        return Err(invalid(what, format!("byteStride {stride} is smaller than an element ({element})")));
+        return Err(invalid(
+            what,
+            format!("byteStride {stride} is smaller than an element ({element})"),
+        ));
     }
     if layout.count > 0 {
         let end = byte_offset
@@ -144,7 +157,10 @@ fn read_elements(
         if end > view.len() {
             return Err(invalid(
                 what,
-                format!("needs bytes up to {end} but bufferView {view_index} has {}", view.len()),
+                format!(
+                    "needs bytes up to {end} but bufferView {view_index} has {}",
+                    view.len()
+                ),
             ));
         }
     }
@@ -153,7 +169,11 @@ fn read_elements(
         let base = byte_offset + i * stride;
         for c in 0..layout.components {
             let at = base + c * size;
-            out.push(component(&view[at..at + size], layout.component_type, layout.normalized));
+            out.push(component(
+                &view[at..at + size],
+                layout.component_type,
+                layout.normalized,
+            ));
         }
     }
     Ok(out)
@@ -178,13 +198,23 @@ pub fn read_f32(asset: &Asset, index: usize) -> Result<(Layout, Vec<f32>), GltfE
         let index_layout = Layout {
             count,
             components: 1,
-            component_type: idx.get("componentType").and_then(Value::as_u64).unwrap_or(0),
+            component_type: idx
+                .get("componentType")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
             normalized: false,
         };
-        if !matches!(index_layout.component_type, UNSIGNED_BYTE | UNSIGNED_SHORT | UNSIGNED_INT) {
+        if !matches!(
+            index_layout.component_type,
+            UNSIGNED_BYTE | UNSIGNED_SHORT | UNSIGNED_INT
+        ) {
             return Err(invalid(&what, "sparse indices componentType"));
         }
-        let view = |o: &Value| o.get("bufferView").and_then(Value::as_u64).map(|v| v as usize);
+        let view = |o: &Value| {
+            o.get("bufferView")
+                .and_then(Value::as_u64)
+                .map(|v| v as usize)
+        };
         let off = |o: &Value| o.get("byteOffset").and_then(Value::as_u64).unwrap_or(0) as usize;
         let indices = read_elements(
             asset,
@@ -204,7 +234,10 @@ pub fn read_f32(asset: &Asset, index: usize) -> Result<(Layout, Vec<f32>), GltfE
         for (k, target) in indices.iter().enumerate() {
             let target = *target as usize;
             if target >= layout.count {
-                return Err(invalid(&what, format!("sparse index {target} out of range")));
+                return Err(invalid(
+                    &what,
+                    format!("sparse index {target} out of range"),
+                ));
             }
             let n = layout.components;
             values[target * n..target * n + n].copy_from_slice(&sparse_values[k * n..k * n + n]);
@@ -214,11 +247,18 @@ pub fn read_f32(asset: &Asset, index: usize) -> Result<(Layout, Vec<f32>), GltfE
 }
 
 /// Index data as `u32`, each checked against `vertex_count`.
-pub fn read_indices(asset: &Asset, index: usize, vertex_count: usize) -> Result<Vec<u32>, GltfError> {
+pub fn read_indices(
+    asset: &Asset,
+    index: usize,
+    vertex_count: usize,
+) -> Result<Vec<u32>, GltfError> {
     let what = format!("accessors[{index}]");
     let (layout, values) = read_f32(asset, index)?;
     if layout.components != 1
-        || !matches!(layout.component_type, UNSIGNED_BYTE | UNSIGNED_SHORT | UNSIGNED_INT)
+        || !matches!(
+            layout.component_type,
+            UNSIGNED_BYTE | UNSIGNED_SHORT | UNSIGNED_INT
+        )
         || layout.normalized
     {
         return Err(invalid(&what, "indices must be unsigned integer scalars"));
@@ -230,14 +270,22 @@ pub fn read_indices(asset: &Asset, index: usize, vertex_count: usize) -> Result<
             if (i as usize) < vertex_count {
                 Ok(i)
             } else {
-                Err(invalid(&what, format!("index {i} out of range (vertex count {vertex_count})")))
+                Err(invalid(
+                    &what,
+                    format!("index {i} out of range (vertex count {vertex_count})"),
+                ))
             }
         })
         .collect()
 }
 
 /// Appends a buffer view holding `data`; returns its index.
-pub fn push_view(asset: &mut Asset, data: Vec<u8>, stride: Option<usize>, target: Option<u64>) -> usize {
+pub fn push_view(
+    asset: &mut Asset,
+    data: Vec<u8>,
+    stride: Option<usize>,
+    target: Option<u64>,
+) -> usize {
     let mut view = json!({ "buffer": 0, "byteLength": data.len() });
     if let Some(stride) = stride {
         view["byteStride"] = json!(stride);
@@ -312,18 +360,33 @@ mod tests {
             json!({"bufferView": 0, "componentType": FLOAT, "count": 2, "type": "VEC3"}),
             None,
         );
-        assert!(read_f32(&asset, 0).unwrap_err().to_string().contains("needs bytes up to 24"));
+        assert!(
+            read_f32(&asset, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("needs bytes up to 24")
+        );
         let asset = asset_with(
             vec![5, 0, 1, 0],
             json!({"bufferView": 0, "componentType": UNSIGNED_SHORT, "count": 2, "type": "SCALAR"}),
             None,
         );
-        assert!(read_indices(&asset, 0, 3).unwrap_err().to_string().contains("index 5 out of range"));
+        assert!(
+            read_indices(&asset, 0, 3)
+                .unwrap_err()
+                .to_string()
+                .contains("index 5 out of range")
+        );
         let asset = asset_with(
             vec![],
             json!({"componentType": FLOAT, "count": 1u64 << 40, "type": "MAT4"}),
             None,
         );
-        assert!(read_f32(&asset, 0).unwrap_err().to_string().contains("larger than Kiln accepts"));
+        assert!(
+            read_f32(&asset, 0)
+                .unwrap_err()
+                .to_string()
+                .contains("larger than Kiln accepts")
+        );
     }
 }

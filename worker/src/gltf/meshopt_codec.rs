@@ -23,7 +23,12 @@ pub fn decode_view(ext: &Value, source: &[u8], what: &str) -> Result<Vec<u8>, Gl
     let size = count
         .checked_mul(stride)
         .filter(|&s| s <= MAX_DECODED_BYTES)
-        .ok_or_else(|| invalid(what, format!("meshopt count {count} × stride {stride} is too large")))?;
+        .ok_or_else(|| {
+            invalid(
+                what,
+                format!("meshopt count {count} × stride {stride} is too large"),
+            )
+        })?;
     let mut out = vec![0u8; size];
     let code = match mode {
         "ATTRIBUTES" => {
@@ -46,7 +51,10 @@ pub fn decode_view(ext: &Value, source: &[u8], what: &str) -> Result<Vec<u8>, Gl
                 return Err(invalid(what, format!("meshopt {mode} stride {stride}")));
             }
             if mode == "TRIANGLES" && count % 3 != 0 {
-                return Err(invalid(what, "meshopt TRIANGLES count is not a multiple of 3"));
+                return Err(invalid(
+                    what,
+                    "meshopt TRIANGLES count is not a multiple of 3",
+                ));
             }
             // SAFETY: as above, `out` holds count × stride bytes.
             unsafe {
@@ -72,14 +80,20 @@ pub fn decode_view(ext: &Value, source: &[u8], what: &str) -> Result<Vec<u8>, Gl
         other => return Err(invalid(what, format!("unknown meshopt mode {other:?}"))),
     };
     if code != 0 {
-        return Err(invalid(what, format!("meshopt data does not decode (code {code})")));
+        return Err(invalid(
+            what,
+            format!("meshopt data does not decode (code {code})"),
+        ));
     }
     // SAFETY (all filters): `out` holds `count` elements of `stride` bytes, as checked above.
     match filter {
         "NONE" => {}
         "OCTAHEDRAL" | "COLOR" => {
             if stride != 4 && stride != 8 {
-                return Err(invalid(what, format!("meshopt {filter} filter with stride {stride}")));
+                return Err(invalid(
+                    what,
+                    format!("meshopt {filter} filter with stride {stride}"),
+                ));
             }
             unsafe {
                 if filter == "OCTAHEDRAL" {
@@ -91,15 +105,25 @@ pub fn decode_view(ext: &Value, source: &[u8], what: &str) -> Result<Vec<u8>, Gl
         }
         "QUATERNION" => {
             if stride != 8 {
-                return Err(invalid(what, format!("meshopt QUATERNION filter with stride {stride}")));
+                return Err(invalid(
+                    what,
+                    format!("meshopt QUATERNION filter with stride {stride}"),
+                ));
             }
-            unsafe { meshopt::ffi::meshopt_decodeFilterQuat(out.as_mut_ptr().cast(), count, stride) };
+            unsafe {
+                meshopt::ffi::meshopt_decodeFilterQuat(out.as_mut_ptr().cast(), count, stride)
+            };
         }
         "EXPONENTIAL" => {
             if stride % 4 != 0 {
-                return Err(invalid(what, format!("meshopt EXPONENTIAL filter with stride {stride}")));
+                return Err(invalid(
+                    what,
+                    format!("meshopt EXPONENTIAL filter with stride {stride}"),
+                ));
             }
-            unsafe { meshopt::ffi::meshopt_decodeFilterExp(out.as_mut_ptr().cast(), count, stride) };
+            unsafe {
+                meshopt::ffi::meshopt_decodeFilterExp(out.as_mut_ptr().cast(), count, stride)
+            };
         }
         other => return Err(invalid(what, format!("unknown meshopt filter {other:?}"))),
     }
@@ -145,7 +169,9 @@ mod tests {
 
     #[test]
     fn attributes_round_trip_through_the_reference_decoder() {
-        let data: Vec<u8> = (0..1200u32).flat_map(|i| (i * 7 % 1000).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..1200u32)
+            .flat_map(|i| (i * 7 % 1000).to_le_bytes())
+            .collect();
         for version in [0, 1] {
             let encoded = encode_attributes(&data, 12, 2, version);
             let ext = json!({"byteStride": 12, "count": 400, "mode": "ATTRIBUTES"});
@@ -159,10 +185,18 @@ mod tests {
         let encoded = encode_triangles(&indices, 5);
         let ext = json!({"byteStride": 4, "count": 9, "mode": "TRIANGLES"});
         let decoded = decode_view(&ext, &encoded, "t").unwrap();
-        let back: Vec<u32> = decoded.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        let back: Vec<u32> = decoded
+            .chunks(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(back, indices);
         assert!(decode_view(&ext, &encoded[..encoded.len() / 2], "t").is_err());
         let huge = json!({"byteStride": 256, "count": 1u64 << 40, "mode": "ATTRIBUTES"});
-        assert!(decode_view(&huge, &encoded, "t").unwrap_err().to_string().contains("too large"));
+        assert!(
+            decode_view(&huge, &encoded, "t")
+                .unwrap_err()
+                .to_string()
+                .contains("too large")
+        );
     }
 }

@@ -61,10 +61,7 @@ impl Resources for NoResources {
 /// Splits a GLB into its JSON and binary chunks.
 pub fn split_glb(bytes: &[u8]) -> Result<(Vec<u8>, Option<Vec<u8>>), GltfError> {
     let glb = gltf::Glb::from_slice(bytes).map_err(|e| GltfError::Container(e.to_string()))?;
-    Ok((
-        glb.json.into_owned(),
-        glb.bin.map(|b| b.into_owned()),
-    ))
+    Ok((glb.json.into_owned(), glb.bin.map(|b| b.into_owned())))
 }
 
 impl Asset {
@@ -182,7 +179,11 @@ fn load_buffers(
     bin: Option<Vec<u8>>,
     resources: &dyn Resources,
 ) -> Result<Vec<Option<Vec<u8>>>, GltfError> {
-    let list = json.get("buffers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let list = json
+        .get("buffers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut bin = bin;
     let mut out = Vec::with_capacity(list.len());
     for (index, buffer) in list.iter().enumerate() {
@@ -195,10 +196,12 @@ fn load_buffers(
             .unwrap_or(false);
         let data = match buffer.get("uri").and_then(Value::as_str) {
             Some(uri) if uri.starts_with("data:") => {
-                let (_, payload) = uri.split_once(";base64,").ok_or_else(|| GltfError::Buffer {
-                    index,
-                    reason: "data URI is not base64".into(),
-                })?;
+                let (_, payload) = uri
+                    .split_once(";base64,")
+                    .ok_or_else(|| GltfError::Buffer {
+                        index,
+                        reason: "data URI is not base64".into(),
+                    })?;
                 Some(
                     base64::engine::general_purpose::STANDARD
                         .decode(payload)
@@ -235,7 +238,11 @@ fn load_buffers(
 }
 
 fn materialise_views(json: &Value, buffers: &[Option<Vec<u8>>]) -> Result<Vec<Vec<u8>>, GltfError> {
-    let list = json.get("bufferViews").and_then(Value::as_array).cloned().unwrap_or_default();
+    let list = json
+        .get("bufferViews")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut views = Vec::with_capacity(list.len());
     for (index, view) in list.iter().enumerate() {
         let what = format!("bufferViews[{index}]");
@@ -265,7 +272,12 @@ fn slice_of<'a>(
         .get(buffer)
         .ok_or_else(|| invalid(what, format!("buffer {buffer} does not exist")))?
         .as_deref()
-        .ok_or_else(|| invalid(what, format!("buffer {buffer} is a fallback buffer with no data")))?;
+        .ok_or_else(|| {
+            invalid(
+                what,
+                format!("buffer {buffer} is a fallback buffer with no data"),
+            )
+        })?;
     let end = offset
         .checked_add(length)
         .filter(|&end| end <= data.len())
@@ -306,7 +318,10 @@ mod tests {
             Some(&[0u8; 8]),
         );
         let err = Asset::read(&glb, &NoResources).unwrap_err();
-        assert!(err.to_string().contains("run past the end of buffer 0"), "{err}");
+        assert!(
+            err.to_string().contains("run past the end of buffer 0"),
+            "{err}"
+        );
         let err = Asset::read(&glb[..20], &NoResources).unwrap_err();
         assert!(matches!(err, GltfError::Container(_)), "{err}");
         let err = Asset::read(b"{\"asset\":{\"version\":\"1.0\"}}", &NoResources).unwrap_err();

@@ -27,6 +27,9 @@ use crate::gltf::accessors::{
 };
 use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
+use super::inventory::{FileKind, Inventory, InventoryEntry};
+use super::{FileTree, TreeFile};
+
 pub const NAME: &str = "geometry";
 
 /// Which meshopt extension the `meshopt` variant uses.
@@ -198,7 +201,15 @@ pub fn optimize_model(
             .unwrap_or_default();
         for (p, primitive) in primitives.iter().enumerate() {
             let what = format!("meshes[{m}].primitives[{p}]");
-            let out = process_primitive(&source, &mut asset, primitive, &grid, &options, &what, &mut codecs)?;
+            let out = process_primitive(
+                &source,
+                &mut asset,
+                primitive,
+                &grid,
+                &options,
+                &what,
+                &mut codecs,
+            )?;
             report.triangles_before += out.triangles_before;
             report.triangles_after += out.triangles_after;
             report.vertices_before += out.vertices_before;
@@ -214,7 +225,11 @@ pub fn optimize_model(
     if let Some(grid) = &grid {
         place_dequantization(&mut asset, grid)?;
         report.max_position_error = sq_error;
-        report.max_position_error_relative = if grid.diagonal > 0.0 { sq_error / grid.diagonal } else { 0.0 };
+        report.max_position_error_relative = if grid.diagonal > 0.0 {
+            sq_error / grid.diagonal
+        } else {
+            0.0
+        };
     }
     report.max_normal_error_degrees_quantized = normal_error.0;
     report.max_normal_error_degrees_meshopt = normal_error.1;
@@ -254,13 +269,24 @@ fn position_grid(asset: &Asset, bits: u32) -> Result<Option<Grid>, GltfError> {
     let mut min = [f32::INFINITY; 3];
     let mut max = [f32::NEG_INFINITY; 3];
     for (m, mesh) in asset.array("meshes").iter().enumerate() {
-        for (p, primitive) in mesh["primitives"].as_array().into_iter().flatten().enumerate() {
-            let Some(index) = primitive.pointer("/attributes/POSITION").and_then(Value::as_u64) else {
+        for (p, primitive) in mesh["primitives"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let Some(index) = primitive
+                .pointer("/attributes/POSITION")
+                .and_then(Value::as_u64)
+            else {
                 continue;
             };
             let (layout, values) = accessors::read_f32(asset, index as usize)?;
             if layout.components != 3 {
-                return Err(invalid(format!("meshes[{m}].primitives[{p}]"), "POSITION is not VEC3"));
+                return Err(invalid(
+                    format!("meshes[{m}].primitives[{p}]"),
+                    "POSITION is not VEC3",
+                ));
             }
             for v in values.chunks_exact(3) {
                 if v.iter().any(|c| !c.is_finite()) {
@@ -329,7 +355,10 @@ fn process_primitive(
         .ok_or_else(|| invalid(what, "attributes missing"))?;
     let mut streams = Vec::new();
     for (name, index) in attributes {
-        let index = index.as_u64().ok_or_else(|| invalid(what, format!("{name} is not an index")))? as usize;
+        let index = index
+            .as_u64()
+            .ok_or_else(|| invalid(what, format!("{name} is not an index")))?
+            as usize;
         let (layout, values) = accessors::read_f32(source, index)?;
         streams.push(Stream {
             name: name.clone(),
@@ -338,11 +367,20 @@ fn process_primitive(
             source: layout,
         });
     }
-    let vertex_count = streams.first().map_or(0, |s| s.values.len() / s.components.max(1));
-    if streams.iter().any(|s| s.values.len() != vertex_count * s.components) {
+    let vertex_count = streams
+        .first()
+        .map_or(0, |s| s.values.len() / s.components.max(1));
+    if streams
+        .iter()
+        .any(|s| s.values.len() != vertex_count * s.components)
+    {
         return Err(invalid(what, "attributes have different counts"));
     }
-    let targets_json = primitive.get("targets").and_then(Value::as_array).cloned().unwrap_or_default();
+    let targets_json = primitive
+        .get("targets")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut targets: Vec<Vec<Stream>> = Vec::new();
     for (t, target) in targets_json.iter().enumerate() {
         let mut list = Vec::new();
@@ -353,7 +391,10 @@ fn process_primitive(
                 as usize;
             let (layout, values) = accessors::read_f32(source, index)?;
             if values.len() != vertex_count * layout.components {
-                return Err(invalid(what, format!("targets[{t}].{name} has a different count")));
+                return Err(invalid(
+                    what,
+                    format!("targets[{t}].{name} has a different count"),
+                ));
             }
             list.push(Stream {
                 name: name.clone(),
@@ -365,7 +406,11 @@ fn process_primitive(
         targets.push(list);
     }
     let mut indices = match primitive.get("indices").and_then(Value::as_u64) {
-        Some(index) => Some(accessors::read_indices(source, index as usize, vertex_count)?),
+        Some(index) => Some(accessors::read_indices(
+            source,
+            index as usize,
+            vertex_count,
+        )?),
         None => None,
     };
     let triangles_before = if mode == 4 {
@@ -378,7 +423,9 @@ fn process_primitive(
 
     // Only triangle lists are reordered; other modes keep their order, and are quantized.
     if mode == 4 && vertex_count > 0 {
-        let list = indices.take().unwrap_or_else(|| (0..vertex_count as u32).collect());
+        let list = indices
+            .take()
+            .unwrap_or_else(|| (0..vertex_count as u32).collect());
         if list.len() % 3 != 0 {
             return Err(invalid(what, "triangle list length is not a multiple of 3"));
         }
@@ -394,7 +441,11 @@ fn process_primitive(
             }
             let key: Vec<u32> = all
                 .iter()
-                .flat_map(|s| s.values[v * s.components..(v + 1) * s.components].iter().map(|x| x.to_bits()))
+                .flat_map(|s| {
+                    s.values[v * s.components..(v + 1) * s.components]
+                        .iter()
+                        .map(|x| x.to_bits())
+                })
                 .collect();
             let next = first.len() as u32;
             let id = *seen.entry(key).or_insert(next);
@@ -446,7 +497,14 @@ fn process_primitive(
     });
     for stream in &streams {
         let values = pick(stream);
-        let encoded = encode_attribute(stream, &values, grid, options, weights_total.as_deref(), &weight_sets)?;
+        let encoded = encode_attribute(
+            stream,
+            &values,
+            grid,
+            options,
+            weights_total.as_deref(),
+            &weight_sets,
+        )?;
         if let Some(e) = encoded.position_error {
             max_position_error = max_position_error.max(e);
         }
@@ -454,7 +512,12 @@ fn process_primitive(
             normal_error.0 = normal_error.0.max(e.0);
             normal_error.1 = normal_error.1.max(e.1);
         }
-        let view = push_view(asset, encoded.bytes, Some(encoded.stride), Some(ARRAY_BUFFER));
+        let view = push_view(
+            asset,
+            encoded.bytes,
+            Some(encoded.stride),
+            Some(ARRAY_BUFFER),
+        );
         let mut accessor = encoded.accessor;
         accessor["bufferView"] = json!(view);
         accessor["count"] = json!(new_count);
@@ -494,9 +557,19 @@ fn process_primitive(
 
     if let Some(list) = indices {
         let (bytes, component_type, stride) = if new_count <= 65_536 {
-            (list.iter().flat_map(|&i| (i as u16).to_le_bytes()).collect::<Vec<u8>>(), UNSIGNED_SHORT, 2)
+            (
+                list.iter()
+                    .flat_map(|&i| (i as u16).to_le_bytes())
+                    .collect::<Vec<u8>>(),
+                UNSIGNED_SHORT,
+                2,
+            )
         } else {
-            (list.iter().flat_map(|&i| i.to_le_bytes()).collect(), UNSIGNED_INT, 4)
+            (
+                list.iter().flat_map(|&i| i.to_le_bytes()).collect(),
+                UNSIGNED_INT,
+                4,
+            )
         };
         let _ = stride;
         let view = push_view(asset, bytes, None, Some(ELEMENT_ARRAY_BUFFER));
@@ -517,7 +590,12 @@ fn process_primitive(
     let triangles_after = if mode == 4 {
         out.get("indices")
             .and_then(Value::as_u64)
-            .map_or(new_count as u64 / 3, |i| asset.array("accessors")[i as usize]["count"].as_u64().unwrap_or(0) / 3)
+            .map_or(new_count as u64 / 3, |i| {
+                asset.array("accessors")[i as usize]["count"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    / 3
+            })
     } else {
         0
     };
@@ -636,7 +714,9 @@ fn encode_attribute(
             for v in values.chunks(3) {
                 let mut d2 = 0f64;
                 for a in 0..3 {
-                    let i = ((v[a] - grid.offset[a]) / grid.scale).round().clamp(0.0, 65535.0) as i32;
+                    let i = ((v[a] - grid.offset[a]) / grid.scale)
+                        .round()
+                        .clamp(0.0, 65535.0) as i32;
                     let back = grid.offset[a] + i as f32 * grid.scale;
                     d2 += ((back - v[a]) as f64).powi(2);
                     q.push(i);
@@ -656,17 +736,29 @@ fn encode_attribute(
             })
         }
         "NORMAL" | "TANGENT" if n == 3 || n == 4 => {
-            let bits = if name == "NORMAL" { options.normal_bits } else { options.tangent_bits };
+            let bits = if name == "NORMAL" {
+                options.normal_bits
+            } else {
+                options.tangent_bits
+            };
             let storage = storage_bits(bits);
             let mut q = Vec::with_capacity(values.len());
             let mut unit = Vec::with_capacity(values.len() / n);
             for v in values.chunks(n) {
                 let len = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-                let norm = if len > 0.0 { [v[0] / len, v[1] / len, v[2] / len] } else { [0.0, 0.0, 1.0] };
+                let norm = if len > 0.0 {
+                    [v[0] / len, v[1] / len, v[2] / len]
+                } else {
+                    [0.0, 0.0, 1.0]
+                };
                 for c in norm {
                     q.push(snorm(c, bits, storage));
                 }
-                let w = if n == 4 { if v[3] < 0.0 { -1.0 } else { 1.0 } } else { 0.0 };
+                let w = if n == 4 {
+                    if v[3] < 0.0 { -1.0 } else { 1.0 }
+                } else {
+                    0.0
+                };
                 if n == 4 {
                     q.push(snorm(w, bits, storage));
                 }
@@ -677,14 +769,27 @@ fn encode_attribute(
             let plain_error = unit
                 .iter()
                 .zip(q.chunks(n))
-                .map(|(u, s)| angle_deg(u, &[s[0] as f32 / max_value, s[1] as f32 / max_value, s[2] as f32 / max_value]))
+                .map(|(u, s)| {
+                    angle_deg(
+                        u,
+                        &[
+                            s[0] as f32 / max_value,
+                            s[1] as f32 / max_value,
+                            s[2] as f32 / max_value,
+                        ],
+                    )
+                })
                 .fold(0f64, f64::max);
             // The meshopt variant stores octahedral-encoded values (4 components, w kept).
             let (filtered, oct_error) = oct_filter(&unit, bits, storage);
             let component_type = if storage == 8 { BYTE } else { SHORT };
             Ok(EncodedAttribute {
                 accessor: json!({"componentType": component_type, "normalized": true, "type": accessors::type_name(n)}),
-                bytes: if n == 3 { repack_oct_plain(&filtered, storage, stride).unwrap_or(bytes) } else { bytes },
+                bytes: if n == 3 {
+                    repack_oct_plain(&filtered, storage, stride).unwrap_or(bytes)
+                } else {
+                    bytes
+                },
                 stride,
                 filter: "OCTAHEDRAL",
                 filtered: Some(filtered.0),
@@ -696,9 +801,16 @@ fn encode_attribute(
             if values.iter().all(|v| (0.0..=1.0).contains(v)) {
                 let bits = options.texcoord_bits;
                 let storage = storage_bits(bits);
-                let q: Vec<i32> = values.iter().map(|&v| unorm(v, bits, storage) as i32).collect();
+                let q: Vec<i32> = values
+                    .iter()
+                    .map(|&v| unorm(v, bits, storage) as i32)
+                    .collect();
                 let (bytes, stride) = pack_ints(&q, 2, storage);
-                let component_type = if storage == 8 { UNSIGNED_BYTE } else { UNSIGNED_SHORT };
+                let component_type = if storage == 8 {
+                    UNSIGNED_BYTE
+                } else {
+                    UNSIGNED_SHORT
+                };
                 Ok(EncodedAttribute {
                     accessor: json!({"componentType": component_type, "normalized": true, "type": "VEC2"}),
                     bytes,
@@ -715,9 +827,16 @@ fn encode_attribute(
         _ if name.starts_with("COLOR_") && (n == 3 || n == 4) => {
             let bits = options.color_bits;
             let storage = storage_bits(bits);
-            let q: Vec<i32> = values.iter().map(|&v| unorm(v, bits, storage) as i32).collect();
+            let q: Vec<i32> = values
+                .iter()
+                .map(|&v| unorm(v, bits, storage) as i32)
+                .collect();
             let (bytes, stride) = pack_ints(&q, n, storage);
-            let component_type = if storage == 8 { UNSIGNED_BYTE } else { UNSIGNED_SHORT };
+            let component_type = if storage == 8 {
+                UNSIGNED_BYTE
+            } else {
+                UNSIGNED_SHORT
+            };
             Ok(EncodedAttribute {
                 accessor: json!({"componentType": component_type, "normalized": true, "type": accessors::type_name(n)}),
                 bytes,
@@ -763,7 +882,11 @@ fn encode_attribute(
             // already an integer one, else stay float.
             if stream.source.component_type != FLOAT {
                 let q: Vec<i32> = values.iter().map(|&v| v as i32).collect();
-                let storage = if matches!(stream.source.component_type, BYTE | UNSIGNED_BYTE) { 8 } else { 16 };
+                let storage = if matches!(stream.source.component_type, BYTE | UNSIGNED_BYTE) {
+                    8
+                } else {
+                    16
+                };
                 if !stream.source.normalized && stream.source.component_type != UNSIGNED_INT {
                     let (bytes, stride) = pack_ints(&q, n, storage);
                     return Ok(EncodedAttribute {
@@ -788,7 +911,10 @@ fn quantize_weights(values: &[f32], totals: &[f32], first_set: bool) -> Vec<i32>
     let mut out = Vec::with_capacity(values.len());
     for (v, chunk) in values.chunks(4).enumerate() {
         let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
-        let q: Vec<i32> = chunk.iter().map(|w| ((w / total) * 255.0).round() as i32).collect();
+        let q: Vec<i32> = chunk
+            .iter()
+            .map(|w| ((w / total) * 255.0).round() as i32)
+            .collect();
         out.extend(q);
     }
     if first_set {
@@ -826,7 +952,9 @@ fn oct_filter(unit: &[[f32; 4]], bits: u32, storage: u32) -> ((Vec<u8>, usize), 
     }
     let mut decoded = out.clone();
     // SAFETY: as above.
-    unsafe { meshopt::ffi::meshopt_decodeFilterOct(decoded.as_mut_ptr().cast(), unit.len(), stride) };
+    unsafe {
+        meshopt::ffi::meshopt_decodeFilterOct(decoded.as_mut_ptr().cast(), unit.len(), stride)
+    };
     let max_value = ((1u32 << (storage - 1)) - 1) as f32;
     let read = |e: &[u8], c: usize| -> f32 {
         if storage == 8 {
@@ -906,29 +1034,42 @@ fn encode_target(
         .chunks(stream.components)
         .flat_map(|c| c[..n].iter().copied())
         .collect();
-    let (ints, component_type, normalized): (Vec<i32>, u64, bool) = match (stream.name.as_str(), grid) {
-        ("POSITION", Some(grid)) => {
-            let raw: Vec<i32> = deltas.iter().map(|d| (d / grid.scale).round() as i32).collect();
-            let max = raw.iter().map(|v| v.abs()).max().unwrap_or(0);
-            let limit = (1i32 << (options.morph_bits - 1)) - 1;
-            let step = if max > limit { (max + limit - 1) / limit } else { 1 };
-            let q: Vec<i32> = deltas
-                .iter()
-                .map(|d| ((d / grid.scale / step as f32).round() as i32 * step).clamp(-32767, 32767))
-                .collect();
-            let wide = q.iter().any(|v| v.abs() > 127);
-            (q, if wide { SHORT } else { BYTE }, false)
-        }
-        _ => {
-            if deltas.iter().any(|d| d.abs() > 1.0) {
-                return Ok((dense_float_target(asset, &deltas, n, codecs), TargetKind::Dense));
+    let (ints, component_type, normalized): (Vec<i32>, u64, bool) =
+        match (stream.name.as_str(), grid) {
+            ("POSITION", Some(grid)) => {
+                let raw: Vec<i32> = deltas
+                    .iter()
+                    .map(|d| (d / grid.scale).round() as i32)
+                    .collect();
+                let max = raw.iter().map(|v| v.abs()).max().unwrap_or(0);
+                let limit = (1i32 << (options.morph_bits - 1)) - 1;
+                let step = if max > limit {
+                    (max + limit - 1) / limit
+                } else {
+                    1
+                };
+                let q: Vec<i32> = deltas
+                    .iter()
+                    .map(|d| {
+                        ((d / grid.scale / step as f32).round() as i32 * step).clamp(-32767, 32767)
+                    })
+                    .collect();
+                let wide = q.iter().any(|v| v.abs() > 127);
+                (q, if wide { SHORT } else { BYTE }, false)
             }
-            let bits = options.morph_bits.max(8);
-            let storage = storage_bits(bits);
-            let q: Vec<i32> = deltas.iter().map(|&d| snorm(d, bits, storage)).collect();
-            (q, if storage == 8 { BYTE } else { SHORT }, true)
-        }
-    };
+            _ => {
+                if deltas.iter().any(|d| d.abs() > 1.0) {
+                    return Ok((
+                        dense_float_target(asset, &deltas, n, codecs),
+                        TargetKind::Dense,
+                    ));
+                }
+                let bits = options.morph_bits.max(8);
+                let storage = storage_bits(bits);
+                let q: Vec<i32> = deltas.iter().map(|&d| snorm(d, bits, storage)).collect();
+                (q, if storage == 8 { BYTE } else { SHORT }, true)
+            }
+        };
     let storage = if component_type == BYTE { 8 } else { 16 };
     let as_float = |v: i32| {
         if normalized {
@@ -939,13 +1080,22 @@ fn encode_target(
     };
     let float_values: Vec<f32> = ints.iter().map(|&v| as_float(v)).collect();
     let (min, max) = min_max(&float_values, n);
-    let mut accessor = json!({"componentType": component_type, "type": accessors::type_name(n), "count": count});
+    let mut accessor =
+        json!({"componentType": component_type, "type": accessors::type_name(n), "count": count});
     if normalized {
         accessor["normalized"] = json!(true);
     }
     if stream.name == "POSITION" {
-        accessor["min"] = json!(min.iter().map(|v| if v.is_finite() { *v } else { 0.0 }).collect::<Vec<_>>());
-        accessor["max"] = json!(max.iter().map(|v| if v.is_finite() { *v } else { 0.0 }).collect::<Vec<_>>());
+        accessor["min"] = json!(
+            min.iter()
+                .map(|v| if v.is_finite() { *v } else { 0.0 })
+                .collect::<Vec<_>>()
+        );
+        accessor["max"] = json!(
+            max.iter()
+                .map(|v| if v.is_finite() { *v } else { 0.0 })
+                .collect::<Vec<_>>()
+        );
     }
     let nonzero: Vec<usize> = (0..count)
         .filter(|&v| ints[v * n..v * n + n].iter().any(|&x| x != 0))
@@ -964,15 +1114,30 @@ fn encode_target(
     let sparse_bytes = nonzero.len() * (index_size.max(4) + element) + 16;
     if options.sparse_morph_targets && sparse_bytes < dense.len() {
         let index_bytes: Vec<u8> = if index_size == 2 {
-            nonzero.iter().flat_map(|&i| (i as u16).to_le_bytes()).collect()
+            nonzero
+                .iter()
+                .flat_map(|&i| (i as u16).to_le_bytes())
+                .collect()
         } else {
-            nonzero.iter().flat_map(|&i| (i as u32).to_le_bytes()).collect()
+            nonzero
+                .iter()
+                .flat_map(|&i| (i as u32).to_le_bytes())
+                .collect()
         };
-        let picked: Vec<i32> = nonzero.iter().flat_map(|&v| ints[v * n..v * n + n].iter().copied()).collect();
+        let picked: Vec<i32> = nonzero
+            .iter()
+            .flat_map(|&v| ints[v * n..v * n + n].iter().copied())
+            .collect();
         // Sparse values are tightly packed (no byteStride allowed on their view).
         let values_bytes: Vec<u8> = picked
             .iter()
-            .flat_map(|&v| if storage == 8 { vec![v as u8] } else { (v as u16).to_le_bytes().to_vec() })
+            .flat_map(|&v| {
+                if storage == 8 {
+                    vec![v as u8]
+                } else {
+                    (v as u16).to_le_bytes().to_vec()
+                }
+            })
             .collect();
         let index_view = push_view(asset, index_bytes, None, None);
         let values_view = push_view(asset, values_bytes, None, None);
@@ -996,7 +1161,12 @@ fn encode_target(
     Ok((push_accessor(asset, accessor), TargetKind::Dense))
 }
 
-fn dense_float_target(asset: &mut Asset, deltas: &[f32], n: usize, codecs: &mut HashMap<usize, ViewCodec>) -> usize {
+fn dense_float_target(
+    asset: &mut Asset,
+    deltas: &[f32],
+    n: usize,
+    codecs: &mut HashMap<usize, ViewCodec>,
+) -> usize {
     let view = push_view(asset, pack_floats(deltas), Some(n * 4), Some(ARRAY_BUFFER));
     codecs.insert(
         view,
@@ -1018,7 +1188,9 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
     let s = grid.scale;
     let o = grid.offset;
     // Column-major D = translate(o) · scale(s).
-    let d: [f32; 16] = [s, 0., 0., 0., 0., s, 0., 0., 0., 0., s, 0., o[0], o[1], o[2], 1.];
+    let d: [f32; 16] = [
+        s, 0., 0., 0., 0., s, 0., 0., 0., 0., s, 0., o[0], o[1], o[2], 1.,
+    ];
     let node_count = asset.array("nodes").len();
     let mut skins_done = BTreeSet::new();
     let mut moved: BTreeMap<usize, usize> = BTreeMap::new();
@@ -1050,7 +1222,11 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
         moved.insert(n, child_index);
     }
     // Morph weight animations follow the mesh to its new node.
-    if let Some(animations) = asset.json.get_mut("animations").and_then(Value::as_array_mut) {
+    if let Some(animations) = asset
+        .json
+        .get_mut("animations")
+        .and_then(Value::as_array_mut)
+    {
         for animation in animations {
             for channel in animation["channels"].as_array_mut().into_iter().flatten() {
                 let target = &mut channel["target"];
@@ -1066,21 +1242,35 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
     Ok(())
 }
 
-fn premultiply_inverse_binds(asset: &mut Asset, skin: usize, d: &[f32; 16]) -> Result<(), GltfError> {
+fn premultiply_inverse_binds(
+    asset: &mut Asset,
+    skin: usize,
+    d: &[f32; 16],
+) -> Result<(), GltfError> {
     let what = format!("skins[{skin}]");
     let joints = asset.json["skins"][skin]["joints"]
         .as_array()
         .map_or(0, Vec::len);
-    let matrices: Vec<f32> = match asset.json["skins"][skin].get("inverseBindMatrices").and_then(Value::as_u64) {
+    let matrices: Vec<f32> = match asset.json["skins"][skin]
+        .get("inverseBindMatrices")
+        .and_then(Value::as_u64)
+    {
         Some(index) => {
             let (layout, values) = accessors::read_f32(asset, index as usize)?;
             if layout.components != 16 || layout.count < joints {
-                return Err(invalid(&what, "inverseBindMatrices is not one MAT4 per joint"));
+                return Err(invalid(
+                    &what,
+                    "inverseBindMatrices is not one MAT4 per joint",
+                ));
             }
             values
         }
         None => (0..joints)
-            .flat_map(|_| [1., 0., 0., 0., 0., 1., 0., 0., 0., 0., 1., 0., 0., 0., 0., 1.])
+            .flat_map(|_| {
+                [
+                    1., 0., 0., 0., 0., 1., 0., 0., 0., 0., 1., 0., 0., 0., 0., 1.,
+                ]
+            })
             .collect(),
     };
     let product: Vec<f32> = matrices.chunks(16).flat_map(|m| mat4_mul(m, d)).collect();
@@ -1132,7 +1322,10 @@ fn remove_extension(json: &mut Value, name: &str) {
 
 /// Drops accessors and views nothing refers to any more (the source's geometry), renumbering
 /// every reference. Returns the codec table under the new view numbers.
-fn collect_garbage(asset: &mut Asset, codecs: HashMap<usize, ViewCodec>) -> HashMap<usize, ViewCodec> {
+fn collect_garbage(
+    asset: &mut Asset,
+    codecs: HashMap<usize, ViewCodec>,
+) -> HashMap<usize, ViewCodec> {
     let json = &mut asset.json;
     // Input meshopt extensions are decoded away: views are plain now.
     remove_extension(json, "EXT_meshopt_compression");
@@ -1151,64 +1344,132 @@ fn collect_garbage(asset: &mut Asset, codecs: HashMap<usize, ViewCodec>) -> Hash
             used_accessors.insert(i as usize);
         }
     };
-    for mesh in json.get("meshes").and_then(Value::as_array).into_iter().flatten() {
+    for mesh in json
+        .get("meshes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         for p in mesh["primitives"].as_array().into_iter().flatten() {
-            p["attributes"].as_object().into_iter().flatten().for_each(|(_, v)| note(v));
+            p["attributes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .for_each(|(_, v)| note(v));
             note(&p["indices"]);
             for t in p["targets"].as_array().into_iter().flatten() {
-                t.as_object().into_iter().flatten().for_each(|(_, v)| note(v));
+                t.as_object()
+                    .into_iter()
+                    .flatten()
+                    .for_each(|(_, v)| note(v));
             }
         }
     }
-    for skin in json.get("skins").and_then(Value::as_array).into_iter().flatten() {
+    for skin in json
+        .get("skins")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         note(&skin["inverseBindMatrices"]);
     }
-    for animation in json.get("animations").and_then(Value::as_array).into_iter().flatten() {
+    for animation in json
+        .get("animations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         for sampler in animation["samplers"].as_array().into_iter().flatten() {
             note(&sampler["input"]);
             note(&sampler["output"]);
         }
     }
-    let accessor_map: HashMap<usize, usize> = used_accessors.iter().enumerate().map(|(new, &old)| (old, new)).collect();
-    let old_accessors = json.get("accessors").and_then(Value::as_array).cloned().unwrap_or_default();
-    let accessors: Vec<Value> = used_accessors.iter().map(|&i| old_accessors[i].clone()).collect();
+    let accessor_map: HashMap<usize, usize> = used_accessors
+        .iter()
+        .enumerate()
+        .map(|(new, &old)| (old, new))
+        .collect();
+    let old_accessors = json
+        .get("accessors")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let accessors: Vec<Value> = used_accessors
+        .iter()
+        .map(|&i| old_accessors[i].clone())
+        .collect();
 
     let mut used_views = BTreeSet::new();
     for a in &accessors {
-        for pointer in ["/bufferView", "/sparse/indices/bufferView", "/sparse/values/bufferView"] {
+        for pointer in [
+            "/bufferView",
+            "/sparse/indices/bufferView",
+            "/sparse/values/bufferView",
+        ] {
             if let Some(v) = a.pointer(pointer).and_then(Value::as_u64) {
                 used_views.insert(v as usize);
             }
         }
     }
-    for image in json.get("images").and_then(Value::as_array).into_iter().flatten() {
+    for image in json
+        .get("images")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if let Some(v) = image["bufferView"].as_u64() {
             used_views.insert(v as usize);
         }
     }
-    let view_map: HashMap<usize, usize> = used_views.iter().enumerate().map(|(new, &old)| (old, new)).collect();
+    let view_map: HashMap<usize, usize> = used_views
+        .iter()
+        .enumerate()
+        .map(|(new, &old)| (old, new))
+        .collect();
     let remap_accessor = |v: &mut Value| {
         if let Some(i) = v.as_u64() {
             *v = json!(accessor_map[&(i as usize)]);
         }
     };
-    for mesh in json.get_mut("meshes").and_then(Value::as_array_mut).into_iter().flatten() {
+    for mesh in json
+        .get_mut("meshes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
         for p in mesh["primitives"].as_array_mut().into_iter().flatten() {
-            p["attributes"].as_object_mut().into_iter().flatten().for_each(|(_, v)| remap_accessor(v));
+            p["attributes"]
+                .as_object_mut()
+                .into_iter()
+                .flatten()
+                .for_each(|(_, v)| remap_accessor(v));
             if p.get("indices").is_some() {
                 remap_accessor(&mut p["indices"]);
             }
             for t in p["targets"].as_array_mut().into_iter().flatten() {
-                t.as_object_mut().into_iter().flatten().for_each(|(_, v)| remap_accessor(v));
+                t.as_object_mut()
+                    .into_iter()
+                    .flatten()
+                    .for_each(|(_, v)| remap_accessor(v));
             }
         }
     }
-    for skin in json.get_mut("skins").and_then(Value::as_array_mut).into_iter().flatten() {
+    for skin in json
+        .get_mut("skins")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
         if skin.get("inverseBindMatrices").is_some() {
             remap_accessor(&mut skin["inverseBindMatrices"]);
         }
     }
-    for animation in json.get_mut("animations").and_then(Value::as_array_mut).into_iter().flatten() {
+    for animation in json
+        .get_mut("animations")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
         for sampler in animation["samplers"].as_array_mut().into_iter().flatten() {
             remap_accessor(&mut sampler["input"]);
             remap_accessor(&mut sampler["output"]);
@@ -1216,7 +1477,11 @@ fn collect_garbage(asset: &mut Asset, codecs: HashMap<usize, ViewCodec>) -> Hash
     }
     let mut accessors = accessors;
     for a in &mut accessors {
-        for pointer in ["/bufferView", "/sparse/indices/bufferView", "/sparse/values/bufferView"] {
+        for pointer in [
+            "/bufferView",
+            "/sparse/indices/bufferView",
+            "/sparse/values/bufferView",
+        ] {
             if let Some(v) = a.pointer_mut(pointer)
                 && let Some(i) = v.as_u64()
             {
@@ -1224,14 +1489,26 @@ fn collect_garbage(asset: &mut Asset, codecs: HashMap<usize, ViewCodec>) -> Hash
             }
         }
     }
-    for image in json.get_mut("images").and_then(Value::as_array_mut).into_iter().flatten() {
+    for image in json
+        .get_mut("images")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
         if let Some(i) = image["bufferView"].as_u64() {
             image["bufferView"] = json!(view_map[&(i as usize)]);
         }
     }
-    let old_views = json.get("bufferViews").and_then(Value::as_array).cloned().unwrap_or_default();
+    let old_views = json
+        .get("bufferViews")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let views_json: Vec<Value> = used_views.iter().map(|&i| old_views[i].clone()).collect();
-    let views_data: Vec<Vec<u8>> = used_views.iter().map(|&i| std::mem::take(&mut asset.views[i])).collect();
+    let views_data: Vec<Vec<u8>> = used_views
+        .iter()
+        .map(|&i| std::mem::take(&mut asset.views[i]))
+        .collect();
     set_array(json, "accessors", accessors);
     set_array(json, "bufferViews", views_json);
     asset.views = views_data;
@@ -1251,7 +1528,11 @@ fn set_array(json: &mut Value, name: &str, items: Vec<Value>) {
 }
 
 /// The `meshopt` variant: geometry views compressed, everything else as in `quantized`.
-fn write_meshopt(asset: &Asset, codecs: &HashMap<usize, ViewCodec>, options: &GeometryOptions) -> Vec<u8> {
+fn write_meshopt(
+    asset: &Asset,
+    codecs: &HashMap<usize, ViewCodec>,
+    options: &GeometryOptions,
+) -> Vec<u8> {
     let extension = options.codec.extension();
     let version = match options.codec {
         MeshoptCodec::Ext => 0,
@@ -1267,7 +1548,10 @@ fn write_meshopt(asset: &Asset, codecs: &HashMap<usize, ViewCodec>, options: &Ge
         let object = view.as_object_mut().expect("object");
         object.remove("extensions");
         let codec = codecs.get(&i);
-        let stride = object.get("byteStride").and_then(Value::as_u64).map(|s| s as usize);
+        let stride = object
+            .get("byteStride")
+            .and_then(Value::as_u64)
+            .map(|s| s as usize);
         let compressed = codec.and_then(|codec| {
             let count_of = |s: usize| data.len() / s;
             match codec.mode {
@@ -1278,13 +1562,33 @@ fn write_meshopt(asset: &Asset, codecs: &HashMap<usize, ViewCodec>, options: &Ge
                     }
                     let input = codec.filtered.as_deref().unwrap_or(data);
                     let filter = codec.filter;
-                    Some((meshopt_codec::encode_attributes(input, stride, options.vertex_level, version), stride, count_of(stride), filter))
+                    Some((
+                        meshopt_codec::encode_attributes(
+                            input,
+                            stride,
+                            options.vertex_level,
+                            version,
+                        ),
+                        stride,
+                        count_of(stride),
+                        filter,
+                    ))
                 }
                 "TRIANGLES" | "INDICES" => {
-                    let index_size = if json_component_size(&json, i) == 4 { 4 } else { 2 };
+                    let index_size = if json_component_size(&json, i) == 4 {
+                        4
+                    } else {
+                        2
+                    };
                     let indices: Vec<u32> = data
                         .chunks(index_size)
-                        .map(|c| if index_size == 2 { u16::from_le_bytes([c[0], c[1]]) as u32 } else { u32::from_le_bytes([c[0], c[1], c[2], c[3]]) })
+                        .map(|c| {
+                            if index_size == 2 {
+                                u16::from_le_bytes([c[0], c[1]]) as u32
+                            } else {
+                                u32::from_le_bytes([c[0], c[1], c[2], c[3]])
+                            }
+                        })
                         .collect();
                     let vertex_count = indices.iter().max().map_or(0, |m| *m as usize + 1);
                     let encoded = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 {
@@ -1292,8 +1596,21 @@ fn write_meshopt(asset: &Asset, codecs: &HashMap<usize, ViewCodec>, options: &Ge
                     } else {
                         meshopt_codec::encode_index_sequence(&indices, vertex_count)
                     };
-                    let mode = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 { "TRIANGLES" } else { "INDICES" };
-                    Some((encoded, index_size, indices.len(), if mode == "TRIANGLES" { "TRIANGLES" } else { "INDICES" }))
+                    let mode = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 {
+                        "TRIANGLES"
+                    } else {
+                        "INDICES"
+                    };
+                    Some((
+                        encoded,
+                        index_size,
+                        indices.len(),
+                        if mode == "TRIANGLES" {
+                            "TRIANGLES"
+                        } else {
+                            "INDICES"
+                        },
+                    ))
                 }
                 _ => None,
             }
@@ -1363,6 +1680,162 @@ fn json_component_size(json: &Value, view: usize) -> usize {
         .unwrap_or(2)
 }
 
+/// The variants written for one model of the build.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelVariants {
+    /// The model's own path (the `original` variant).
+    pub source: String,
+    pub quantized: String,
+    pub meshopt: String,
+    pub report: ModelReport,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct GeometryReport {
+    pub models: u64,
+    pub optimized: u64,
+    pub kept_unchanged: u64,
+    pub failed: u64,
+    pub bytes_before: u64,
+    pub quantized_bytes: u64,
+    pub meshopt_bytes: u64,
+}
+
+/// What happened to each model file, for the build report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelOutcome {
+    Optimized(ModelVariants),
+    /// Copied through unchanged, with the reason.
+    Kept(String, String),
+    /// Could not be read: this file fails, the build goes on.
+    Failed(String, String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GeometryError {
+    #[error("geometry: {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl GeometryError {
+    pub fn is_permanent(&self) -> bool {
+        false
+    }
+}
+
+/// Files of the tree a `.gltf` may reference, resolved relative to the model.
+struct TreeResources<'a> {
+    tree: &'a FileTree,
+    model: &'a str,
+}
+
+impl Resources for TreeResources<'_> {
+    fn load(&self, uri: &str) -> Option<Vec<u8>> {
+        let path = super::inventory::resolve_uri(self.model, uri)?;
+        if !self.tree.contains(&path) {
+            return None;
+        }
+        std::fs::read(self.tree.root.join(path)).ok()
+    }
+}
+
+/// Variant paths beside the model: `a/b.glb` → `a/b.quantized.glb`, `a/b.meshopt.glb`.
+pub fn variant_path(source: &str, variant: &str) -> String {
+    let stem = source
+        .strip_suffix(".glb")
+        .or_else(|| source.strip_suffix(".gltf"))
+        .unwrap_or(source);
+    format!("{stem}.{variant}.glb")
+}
+
+/// Optimises every model of the tree, writing the variants beside each one.
+pub fn run(
+    tree: &FileTree,
+    inventory: &Inventory,
+    options: &GeometryOptions,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(FileTree, Vec<ModelOutcome>, GeometryReport), GeometryError> {
+    let models: Vec<&InventoryEntry> = inventory
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, FileKind::Glb | FileKind::Gltf) && e.error.is_none())
+        .collect();
+    let mut tree = tree.clone();
+    let mut outcomes = Vec::new();
+    let mut report = GeometryReport::default();
+    for (n, entry) in models.iter().enumerate() {
+        report.models += 1;
+        let io = |source| GeometryError::Io {
+            path: entry.path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
+        let resources = TreeResources {
+            tree: &tree,
+            model: &entry.path,
+        };
+        match optimize_model(&bytes, &resources, options) {
+            Ok(model) => {
+                let quantized = variant_path(&entry.path, "quantized");
+                let meshopt = variant_path(&entry.path, "meshopt");
+                let mut added = Vec::new();
+                for (path, data) in [(&quantized, &model.quantized), (&meshopt, &model.meshopt)] {
+                    if tree.contains(path) {
+                        // The build already has a file by that name: leave both alone.
+                        continue;
+                    }
+                    std::fs::write(tree.root.join(path), data).map_err(|source| {
+                        GeometryError::Io {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                    added.push(TreeFile {
+                        path: path.clone(),
+                        size: data.len() as u64,
+                    });
+                }
+                if added.len() < 2 {
+                    outcomes.push(ModelOutcome::Kept(
+                        entry.path.clone(),
+                        "a file with a variant's name is already in the build".into(),
+                    ));
+                    report.kept_unchanged += 1;
+                    continue;
+                }
+                report.optimized += 1;
+                report.bytes_before += model.report.bytes_before;
+                report.quantized_bytes += model.report.quantized_bytes;
+                report.meshopt_bytes += model.report.meshopt_bytes;
+                tree.files.extend(added);
+                tree.files.sort_by(|a, b| a.path.cmp(&b.path));
+                outcomes.push(ModelOutcome::Optimized(ModelVariants {
+                    source: entry.path.clone(),
+                    quantized,
+                    meshopt,
+                    report: model.report,
+                }));
+            }
+            Err(ModelError::Unsupported(ext)) => {
+                report.kept_unchanged += 1;
+                outcomes.push(ModelOutcome::Kept(
+                    entry.path.clone(),
+                    format!("uses extension {ext} which the geometry stage does not understand; kept unchanged"),
+                ));
+            }
+            Err(e) => {
+                report.failed += 1;
+                outcomes.push(ModelOutcome::Failed(entry.path.clone(), e.to_string()));
+            }
+        }
+        progress((n + 1) as f64 / models.len() as f64);
+    }
+    Ok((tree, outcomes, report))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1370,13 +1843,32 @@ mod tests {
 
     /// A unit quad (two triangles, non-indexed, with a duplicate vertex) with normals and UVs.
     fn quad() -> Vec<u8> {
-        let positions: [[f32; 3]; 6] = [[0., 0., 0.], [2., 0., 0.], [2., 1., 0.], [0., 0., 0.], [2., 1., 0.], [0., 1., 0.]];
+        let positions: [[f32; 3]; 6] = [
+            [0., 0., 0.],
+            [2., 0., 0.],
+            [2., 1., 0.],
+            [0., 0., 0.],
+            [2., 1., 0.],
+            [0., 1., 0.],
+        ];
         let normals = [[0f32, 0., 1.]; 6];
         let uvs: [[f32; 2]; 6] = [[0., 0.], [1., 0.], [1., 1.], [0., 0.], [1., 1.], [0., 1.]];
         let mut bin = Vec::new();
-        for p in positions { for c in p { bin.extend_from_slice(&c.to_le_bytes()); } }
-        for n in normals { for c in n { bin.extend_from_slice(&c.to_le_bytes()); } }
-        for t in uvs { for c in t { bin.extend_from_slice(&c.to_le_bytes()); } }
+        for p in positions {
+            for c in p {
+                bin.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        for n in normals {
+            for c in n {
+                bin.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        for t in uvs {
+            for c in t {
+                bin.extend_from_slice(&c.to_le_bytes());
+            }
+        }
         let json = json!({
             "asset": {"version": "2.0"},
             "scene": 0, "scenes": [{"nodes": [0]}],
@@ -1413,20 +1905,33 @@ mod tests {
         let child = q.json["nodes"][0]["children"][0].as_u64().unwrap() as usize;
         assert_eq!(q.json["nodes"][child]["mesh"], 0);
         let s = q.json["nodes"][child]["scale"][0].as_f64().unwrap();
-        let (_, pos) = accessors::read_f32(&q, q.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"].as_u64().unwrap() as usize).unwrap();
+        let (_, pos) = accessors::read_f32(
+            &q,
+            q.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"]
+                .as_u64()
+                .unwrap() as usize,
+        )
+        .unwrap();
         let max_x = pos.chunks(3).map(|p| p[0]).fold(0f32, f32::max) as f64 * s;
         assert!((max_x - 2.0).abs() < 1e-3, "{max_x}");
         let m = Asset::read(&out.meshopt, &NoResources).unwrap();
         assert!(m.uses_extension("EXT_meshopt_compression"));
         // Decoding the meshopt variant gives the quantized variant's data.
-        let pi = m.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"].as_u64().unwrap() as usize;
+        let pi = m.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"]
+            .as_u64()
+            .unwrap() as usize;
         assert_eq!(accessors::read_f32(&m, pi).unwrap().1, pos);
     }
 
     #[test]
     fn broken_models_fail_with_a_reason() {
         let mut bytes = quad();
-        let err = optimize_model(&bytes[..bytes.len() - 40], &NoResources, &GeometryOptions::default()).unwrap_err();
+        let err = optimize_model(
+            &bytes[..bytes.len() - 40],
+            &NoResources,
+            &GeometryOptions::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, ModelError::Invalid(_)), "{err}");
         // NaN in a position.
         let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;

@@ -193,7 +193,7 @@ fn gltf_resources(bytes: &[u8]) -> Result<Vec<(String, bool)>, String> {
 }
 
 /// Resolves a relative URI against the referencing file's directory, inside the build only.
-fn resolve_uri(from: &str, uri: &str) -> Option<String> {
+pub fn resolve_uri(from: &str, uri: &str) -> Option<String> {
     if uri.contains("://") || uri.starts_with('/') {
         return None;
     }

@@ -3,15 +3,17 @@
 //! The manifest is a pure function of the build's identity, its outputs and the CDN base URL,
 //! and Ed25519 signatures are deterministic, so a re-run signs the very same bytes.
 
-use kiln_common::keys;
+use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
-    BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestFile,
+    BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestFile, ManifestModel,
+    ModelVariant,
 };
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::encode::OutputFile;
+use super::geometry::ModelVariants;
 
 pub const NAME: &str = "sign";
 
@@ -37,6 +39,7 @@ pub struct SignReport {
 pub fn run(
     identity: &BuildIdentity,
     outputs: &[OutputFile],
+    models: &[ModelVariants],
     cdn_base: &str,
     signer: &ManifestSigner,
 ) -> (SignedManifest, SignReport) {
@@ -62,6 +65,10 @@ pub fn run(
         })
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
+    let models = models
+        .iter()
+        .filter_map(|m| model_entry(m, outputs, base))
+        .collect();
     let manifest = Manifest {
         schema: MANIFEST_SCHEMA,
         game: identity.game.clone(),
@@ -70,6 +77,7 @@ pub fn run(
         package_sha256: identity.package_sha256.clone(),
         created_at: identity.created_at.clone(),
         files,
+        models,
     };
     let mut bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
     bytes.push(b'\n');
@@ -91,4 +99,46 @@ pub fn run(
         },
         report,
     )
+}
+
+/// A model's variants with their sizes; the preferred one is the smallest after brotli,
+/// which is what the CDN sends (meshopt data can compress worse than plain quantized data).
+fn model_entry(model: &ModelVariants, outputs: &[OutputFile], base: &str) -> Option<ManifestModel> {
+    let find = |path: &str| outputs.iter().find(|o| o.path == path);
+    let variant = |name: &str, path: &str| {
+        let output = find(path)?;
+        let brotli = output
+            .encodings
+            .iter()
+            .find(|e| e.encoding == Encoding::Br)
+            .map_or(output.size, |e| e.size);
+        Some(ModelVariant {
+            variant: name.to_string(),
+            path: path.to_string(),
+            url: format!("{base}/{}", output.key),
+            size: output.size,
+            brotli_size: brotli,
+            needs_decoder: name == "meshopt",
+        })
+    };
+    let variants: Vec<ModelVariant> = [
+        variant("meshopt", &model.meshopt),
+        variant("quantized", &model.quantized),
+        variant("original", &model.source),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let preferred = variants
+        .iter()
+        .filter(|v| v.variant != "original")
+        .min_by_key(|v| v.brotli_size)?
+        .variant
+        .clone();
+    Some(ManifestModel {
+        path: model.source.clone(),
+        preferred,
+        fallback: "quantized".into(),
+        variants,
+    })
 }

@@ -213,7 +213,7 @@ async function runValidator(bytes, uri, dir, maxMessages) {
       messages_truncated: issues.numErrors + issues.numWarnings > messages.length,
     };
   } catch (e) {
-    return { error: `validator failed: ${e && e.message ? e.message : String(e)}` };
+    return { error: `validator failed: ${e && e.message ? e.message : String(e)}`, numErrors: null, numWarnings: null, numInfos: null, numHints: null, codes: {}, messages: [] };
   }
 }
 
@@ -327,7 +327,9 @@ async function decodeMeshoptInPlace(asset) {
     }
     bytes = asset.isGlb ? makeGlb(json, asset.bin ? asset.bin : null) : new TextEncoder().encode(JSON.stringify(json));
   }
-  return { extensions: used, decoded_buffer_views: decoded.length, decode_errors: errors, layout, bytes };
+  const modes = {};
+  for (const d of decoded) { const k = `${d.mode}/${d.filter}`; modes[k] = (modes[k] || 0) + 1; }
+  return { extensions: used, decoded_buffer_views: decoded.length, modes, decode_errors: errors, layout, bytes };
 }
 
 // ---------------------------------------------------------------------------
@@ -405,8 +407,9 @@ function attrDesc(a) {
 function extractObjects(gltf) {
   const parser = gltf.parser;
   const scene = gltf.scene;
-  scene.updateMatrixWorld(true);
   const objects = [];
+  if (!scene) return objects; // no scene: nothing is displayed
+  scene.updateMatrixWorld(true);
   scene.traverse((obj) => {
     if (!(obj.isMesh || obj.isPoints || obj.isLine)) return;
     if (obj.isSkinnedMesh && obj.skeleton) obj.skeleton.update();
@@ -452,12 +455,9 @@ function extractObject(obj, parser, index) {
   };
 
   // World-space positions / normals, exactly as three.js renders the rest pose.
-  const P = new Float64Array(n * 3);
   const nrm = g.attributes.normal;
-  const N = nrm ? new Float64Array(n * 3) : null;
   const morphP = g.morphAttributes.position || [];
   const morphN = g.morphAttributes.normal || [];
-  const infl = obj.morphTargetInfluences || [];
   const relative = g.morphTargetsRelative;
   const mw = obj.matrixWorld;
   const nm = new THREE.Matrix3().getNormalMatrix(mw);
@@ -480,6 +480,9 @@ function extractObject(obj, parser, index) {
   const skinM3 = new THREE.Matrix3();
   const si = new THREE.Vector4();
   const sw = new THREE.Vector4();
+  const computeWorld = (infl, wantNormals) => {
+  const P = new Float64Array(n * 3);
+  const N = nrm && wantNormals ? new Float64Array(n * 3) : null;
   const min = [Infinity, Infinity, Infinity];
   const max = [-Infinity, -Infinity, -Infinity];
   for (let i = 0; i < n; i++) {
@@ -534,6 +537,11 @@ function extractObject(obj, parser, index) {
       N[i * 3] = nv.x; N[i * 3 + 1] = nv.y; N[i * 3 + 2] = nv.z;
     }
   }
+  return { P, N, min, max };
+  };
+  const { P, N, min, max } = computeWorld(obj.morphTargetInfluences || [], true);
+  // Each morph target fully applied on its own (weight 1, others 0), to compare the deltas.
+  const morphWorld = morphP.map((_, k) => computeWorld(morphP.map((__, j) => (j === k ? 1 : 0)), false).P);
   rec.bbox = n ? { min, max } : null;
 
   // Triangles (GLTFLoader already converted strips/fans to indexed lists).
@@ -557,7 +565,7 @@ function extractObject(obj, parser, index) {
     rec.degenerate_triangles = degenerate;
     nondegArr = Uint32Array.from(nondeg);
   }
-  Object.defineProperty(rec, '_geom', { value: { P, N, tris }, enumerable: false });
+  Object.defineProperty(rec, '_geom', { value: { P, N, tris, morphWorld }, enumerable: false });
   Object.defineProperty(rec, '_nondeg', { value: nondegArr, enumerable: false });
   return rec;
 }
@@ -695,7 +703,8 @@ function gather(objs) {
     if (tris) for (const k of o._nondeg) T.push(base + tris[k * 3], base + tris[k * 3 + 1], base + tris[k * 3 + 2]);
     base += o.vertex_count;
   }
-  return { P, N, T: Uint32Array.from(T) };
+  const M = objs.length === 1 ? objs[0]._geom.morphWorld : [];
+  return { P, N, T: Uint32Array.from(T), M };
 }
 
 const PERMS = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [2, 1, 0], [1, 0, 2]];
@@ -782,32 +791,45 @@ function vertexError(ref, out, slack) {
   const nOut = out.P.length / 3;
   if (nOut === 0 || ref.P.length === 0) return res;
   const tree = new KdTree(ref.P);
-  let maxErr = 0, maxAng = 0, sumErr = 0;
+  let maxErr = 0, maxAng = 0, sumErr = 0, maxMorph = 0;
   const cand = [];
   const withNormals = ref.N && out.N;
+  const K = ref.M && out.M && ref.M.length === out.M.length ? ref.M.length : 0;
   let zeroNormals = 0;
   for (let i = 0; i < nOut; i++) {
     const x = out.P[i * 3], y = out.P[i * 3 + 1], z = out.P[i * 3 + 2];
     const nn = tree.nearest(x, y, z);
     sumErr += nn.dist;
     if (nn.dist > maxErr) maxErr = nn.dist;
+    if (!withNormals && K === 0) continue;
+    // reference vertices that are as near as the nearest one (split vertices at
+    // hard edges / seams share a position): take the best-agreeing one
+    tree.within(x, y, z, nn.dist * (1 + 1e-9) + slack, cand);
+    if (cand.length === 0) cand.push(nn.index);
     if (withNormals) {
       const ox = out.N[i * 3], oy = out.N[i * 3 + 1], oz = out.N[i * 3 + 2];
-      if (ox === 0 && oy === 0 && oz === 0) { zeroNormals++; continue; }
-      tree.within(x, y, z, nn.dist * (1 + 1e-9) + slack, cand);
-      if (cand.length === 0) cand.push(nn.index);
-      let bestDot = -2;
-      for (const r of cand) {
-        const d = ox * ref.N[r * 3] + oy * ref.N[r * 3 + 1] + oz * ref.N[r * 3 + 2];
-        if (d > bestDot) bestDot = d;
+      if (ox === 0 && oy === 0 && oz === 0) zeroNormals++;
+      else {
+        let bestDot = -2;
+        for (const r of cand) {
+          const d = ox * ref.N[r * 3] + oy * ref.N[r * 3 + 1] + oz * ref.N[r * 3 + 2];
+          if (d > bestDot) bestDot = d;
+        }
+        const ang = Math.acos(Math.max(-1, Math.min(1, bestDot))) * 180 / Math.PI;
+        if (ang > maxAng) maxAng = ang;
       }
-      const ang = Math.acos(Math.max(-1, Math.min(1, bestDot))) * 180 / Math.PI;
-      if (ang > maxAng) maxAng = ang;
+    }
+    for (let k = 0; k < K; k++) {
+      const A = out.M[k], B = ref.M[k];
+      let best = Infinity;
+      for (const r of cand) best = Math.min(best, Math.hypot(A[i * 3] - B[r * 3], A[i * 3 + 1] - B[r * 3 + 1], A[i * 3 + 2] - B[r * 3 + 2]));
+      if (best > maxMorph) maxMorph = best;
     }
   }
   res.max_position_error = maxErr;
   res.mean_position_error = sumErr / nOut;
   if (withNormals) { res.max_normal_angle_deg = maxAng; if (zeroNormals) res.zero_length_normals = zeroNormals; }
+  if (K) res.max_morph_position_error = maxMorph;
   return res;
 }
 
@@ -868,6 +890,7 @@ function compare(refObjs, outObjs, opts) {
     tolerance_abs: tolAbs,
     objects: { reference: refObjs.length, output: outObjs.length, equal: refObjs.length === outObjs.length },
     meshes: { reference: new Set(refObjs.map((o) => o.mesh)).size, output: new Set(outObjs.map((o) => o.mesh)).size },
+    primitives: { reference: new Set(refObjs.map((o) => `${o.mesh}/${o.primitive}`)).size, output: new Set(outObjs.map((o) => `${o.mesh}/${o.primitive}`)).size },
     triangles: {
       reference: tri(refObjs, (o) => o.triangle_count),
       output: tri(outObjs, (o) => o.triangle_count),
@@ -906,6 +929,9 @@ function compare(refObjs, outObjs, opts) {
     };
     e.triangles.equal = tricount(r) === tricount(o);
     e.vertices.output_le_reference = o.vertex_count <= r.vertex_count;
+    const ra = Object.keys(r.attributes), oa = Object.keys(o.attributes);
+    // informational: optimizers legitimately drop unused attributes (e.g. UVs without textures)
+    e.attributes = { missing: ra.filter((a) => !oa.includes(a)), added: oa.filter((a) => !ra.includes(a)) };
     e.skin = { reference: r.skinned ? r.bone_count : null, output: o.skinned ? o.bone_count : null };
     e.skin.equal = e.skin.reference === e.skin.output;
     e.morph = {
@@ -921,6 +947,10 @@ function compare(refObjs, outObjs, opts) {
     e.max_position_error_rel = pve.max_position_error === null ? null : rd > 0 ? pve.max_position_error / rd : pve.max_position_error === 0 ? 0 : null;
     e.max_position_error_scene_rel = rel(pve.max_position_error);
     e.max_normal_angle_deg = pve.max_normal_angle_deg;
+    if (pve.max_morph_position_error !== undefined) {
+      e.morph.max_position_error = pve.max_morph_position_error;
+      e.morph.max_position_error_scene_rel = rel(pve.max_morph_position_error);
+    }
     res.per_object.push(e);
   }
   const pairedRef = new Set(pairs.values());
@@ -954,6 +984,9 @@ function checksFor(entry, opts) {
       cmp.per_object.every((e) => e.max_normal_angle_deg === null || e.max_normal_angle_deg <= opts.normalTolerance);
     c.skins_equal = cmp.per_object.every((e) => e.skin.equal);
     c.morph_targets_equal = cmp.per_object.every((e) => e.morph.equal);
+    if (cmp.per_object.some((e) => e.morph.max_position_error !== undefined)) {
+      c.morph_error_within_tolerance = cmp.per_object.every((e) => e.morph.max_position_error === undefined || e.morph.max_position_error_scene_rel <= opts.tolerance);
+    }
   } else if (cmp && cmp.error) {
     c.compared = false;
   }
@@ -981,6 +1014,7 @@ async function describe(asset, opts, withObjects) {
       entry.decoded_validator = {
         extensions: dec.extensions,
         decoded_buffer_views: dec.decoded_buffer_views,
+        modes: dec.modes,
         decode_errors: dec.decode_errors,
         layout: dec.layout,
         ...rep,
@@ -997,6 +1031,7 @@ async function describe(asset, opts, withObjects) {
     try {
       objs = extractObjects(loaded.gltf);
       entry.three = {
+        scene: loaded.gltf.scene ? loaded.gltf.scenes.indexOf(loaded.gltf.scene) : null,
         objects_count: objs.length,
         triangles: objs.reduce((s, o) => s + o.triangle_count, 0),
         vertices: objs.reduce((s, o) => s + o.vertex_count, 0),
