@@ -1446,7 +1446,12 @@ fn collect_garbage(
             if p.get("indices").is_some() {
                 remap_accessor(&mut p["indices"]);
             }
-            for t in p["targets"].as_array_mut().into_iter().flatten() {
+            for t in p
+                .get_mut("targets")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
                 t.as_object_mut()
                     .into_iter()
                     .flatten()
