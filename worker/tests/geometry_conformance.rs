@@ -187,3 +187,38 @@ fn every_model_passes_the_validator_decoder_and_three_js_ext() {
 fn every_model_passes_the_validator_decoder_and_three_js_khr() {
     check_all(MeshoptCodec::Khr);
 }
+
+/// The Khronos validator's malformed test files: each gets a result or a clear error from the
+/// stage — never a panic.
+#[test]
+fn malformed_models_never_panic() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/assets/invalid/validator");
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "glb" || e == "gltf") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&dir, &mut files);
+    let (mut ok, mut refused) = (0, 0);
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap();
+        let resources = Dir(file.parent().unwrap().to_owned());
+        match optimize_model(&bytes, &resources, &GeometryOptions::default()) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                refused += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{} malformed files: {ok} optimised, {refused} refused with a reason",
+        files.len()
+    );
+}

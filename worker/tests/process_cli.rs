@@ -77,7 +77,8 @@ fn process_writes_signed_manifest_objects_and_report() {
     let manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes).unwrap();
     assert_eq!(manifest["game"], "box");
     let files = manifest["files"].as_array().unwrap();
-    assert_eq!(files.len(), 4);
+    // Four files of the package and the model's two variants.
+    assert_eq!(files.len(), 6);
     for file in files {
         let object = std::fs::read(out.join(file["key"].as_str().unwrap())).unwrap();
         use sha2::Digest;
@@ -159,4 +160,72 @@ fn process_refuses_a_hostile_package_and_says_why() {
     );
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("not a zip or tar.gz"));
+}
+
+#[test]
+fn a_broken_model_fails_that_file_not_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let fox = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/sample-game/assets/Fox.glb"
+    ))
+    .unwrap();
+    let package = dir.path().join("game.zip");
+    std::fs::write(
+        &package,
+        zip_with(&[
+            ("index.html", b"<html></html>"),
+            ("models/fox.glb", &fox),
+            ("models/broken.glb", &fox[..fox.len() / 2]),
+        ]),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let output = run(
+        &[
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let file = |path: &str| {
+        report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap_or_else(|| panic!("{path} in report"))
+            .clone()
+    };
+    let broken = file("models/broken.glb");
+    assert!(
+        broken["error"].as_str().unwrap().contains("glTF"),
+        "{broken}"
+    );
+    assert!(
+        file("models/fox.meshopt.glb")["bytes_after"]
+            .as_u64()
+            .unwrap()
+            < fox.len() as u64
+    );
+    assert!(
+        file("models/fox.quantized.glb")["bytes_after"]
+            .as_u64()
+            .unwrap()
+            < fox.len() as u64
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let models = manifest["models"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "only the good model has variants");
+    assert_eq!(models[0]["path"], "models/fox.glb");
 }

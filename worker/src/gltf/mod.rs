@@ -58,10 +58,47 @@ impl Resources for NoResources {
     }
 }
 
-/// Splits a GLB into its JSON and binary chunks.
+/// Splits a GLB into its JSON and binary chunks. Parsed by hand, every length checked: the
+/// gltf crate's `Glb::from_slice` panics on some malformed headers (found with the Khronos
+/// validator's test files).
 pub fn split_glb(bytes: &[u8]) -> Result<(Vec<u8>, Option<Vec<u8>>), GltfError> {
-    let glb = gltf::Glb::from_slice(bytes).map_err(|e| GltfError::Container(e.to_string()))?;
-    Ok((glb.json.into_owned(), glb.bin.map(|b| b.into_owned())))
+    let bad = |reason: &str| GltfError::Container(reason.to_string());
+    let u32_at = |at: usize| -> Option<usize> {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    if bytes.len() < 20 || &bytes[..4] != b"glTF" {
+        return Err(bad("GLB header is truncated"));
+    }
+    if u32_at(4) != Some(2) {
+        return Err(bad("GLB version is not 2"));
+    }
+    let total = u32_at(8).unwrap_or(0);
+    if total > bytes.len() {
+        return Err(bad("GLB is truncated (header length exceeds the file)"));
+    }
+    let bytes = &bytes[..total];
+    let mut at = 12;
+    let mut json = None;
+    let mut bin = None;
+    while at + 8 <= bytes.len() {
+        let length = u32_at(at).ok_or_else(|| bad("chunk header"))?;
+        let kind = u32_at(at + 4).ok_or_else(|| bad("chunk header"))?;
+        let start = at + 8;
+        let end = start
+            .checked_add(length)
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| bad("GLB chunk runs past the end of the file"))?;
+        match kind {
+            0x4E4F534A if json.is_none() => json = Some(bytes[start..end].to_vec()),
+            0x004E4942 if json.is_some() && bin.is_none() => bin = Some(bytes[start..end].to_vec()),
+            0x4E4F534A | 0x004E4942 => return Err(bad("GLB chunks out of order or repeated")),
+            _ => {}
+        }
+        at = end.next_multiple_of(4);
+    }
+    Ok((json.ok_or_else(|| bad("GLB has no JSON chunk"))?, bin))
 }
 
 impl Asset {
