@@ -56,7 +56,7 @@ pub fn type_name(components: usize) -> &'static str {
     }
 }
 
-fn accessor<'a>(asset: &'a Asset, index: usize) -> Result<&'a Value, GltfError> {
+fn accessor(asset: &Asset, index: usize) -> Result<&Value, GltfError> {
     asset
         .array("accessors")
         .get(index)
@@ -151,7 +151,7 @@ fn read_elements(
     }
     if layout.count > 0 {
         let end = byte_offset
-            .checked_add((layout.count - 1).checked_mul(stride).unwrap_or(usize::MAX))
+            .checked_add((layout.count - 1).saturating_mul(stride))
             .and_then(|v| v.checked_add(element))
             .unwrap_or(usize::MAX);
         if end > view.len() {

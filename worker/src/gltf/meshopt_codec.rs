@@ -132,7 +132,12 @@ pub fn decode_view(ext: &Value, source: &[u8], what: &str) -> Result<Vec<u8>, Gl
 
 /// Encodes an attribute stream (`stride` bytes per element) in ATTRIBUTES mode.
 pub fn encode_attributes(data: &[u8], stride: usize, level: i32, version: i32) -> Vec<u8> {
-    assert!(stride > 0 && stride % 4 == 0 && stride <= 256 && data.len() % stride == 0);
+    assert!(
+        stride > 0
+            && stride.is_multiple_of(4)
+            && stride <= 256
+            && data.len().is_multiple_of(stride)
+    );
     let count = data.len() / stride;
     // SAFETY: the bound is the encoder's own worst case; the encoder writes at most that much.
     unsafe {

@@ -174,7 +174,7 @@ impl Asset {
 /// Assembles a GLB container from JSON and an optional binary chunk.
 pub fn write_glb(json: &Value, bin: Option<&[u8]>) -> Vec<u8> {
     let mut json_bytes = serde_json::to_vec(json).expect("JSON serialises");
-    while json_bytes.len() % 4 != 0 {
+    while !json_bytes.len().is_multiple_of(4) {
         json_bytes.push(b' ');
     }
     let bin_len = bin.map_or(0, |b| 8 + b.len().next_multiple_of(4));

@@ -713,12 +713,10 @@ fn encode_attribute(
             let mut error = 0f64;
             for v in values.chunks(3) {
                 let mut d2 = 0f64;
-                for a in 0..3 {
-                    let i = ((v[a] - grid.offset[a]) / grid.scale)
-                        .round()
-                        .clamp(0.0, 65535.0) as i32;
-                    let back = grid.offset[a] + i as f32 * grid.scale;
-                    d2 += ((back - v[a]) as f64).powi(2);
+                for (&c, &offset) in v.iter().zip(&grid.offset) {
+                    let i = ((c - offset) / grid.scale).round().clamp(0.0, 65535.0) as i32;
+                    let back = offset + i as f32 * grid.scale;
+                    d2 += ((back - c) as f64).powi(2);
                     q.push(i);
                 }
                 error = error.max(d2.sqrt());
@@ -1596,12 +1594,12 @@ fn write_meshopt(
                         })
                         .collect();
                     let vertex_count = indices.iter().max().map_or(0, |m| *m as usize + 1);
-                    let encoded = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 {
+                    let encoded = if codec.mode == "TRIANGLES" && indices.len().is_multiple_of(3) {
                         meshopt_codec::encode_triangles(&indices, vertex_count)
                     } else {
                         meshopt_codec::encode_index_sequence(&indices, vertex_count)
                     };
-                    let mode = if codec.mode == "TRIANGLES" && indices.len() % 3 == 0 {
+                    let mode = if codec.mode == "TRIANGLES" && indices.len().is_multiple_of(3) {
                         "TRIANGLES"
                     } else {
                         "INDICES"
@@ -1620,7 +1618,7 @@ fn write_meshopt(
                 _ => None,
             }
         });
-        while bin.len() % 4 != 0 {
+        while !bin.len().is_multiple_of(4) {
             bin.push(0);
         }
         match compressed {
@@ -1654,7 +1652,7 @@ fn write_meshopt(
         }
         views.push(view);
     }
-    while bin.len() % 4 != 0 {
+    while !bin.len().is_multiple_of(4) {
         bin.push(0);
     }
     if !views.is_empty() {
