@@ -45,6 +45,30 @@ fn models(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The GLB with embedded image bytes zeroed, so that compressed sizes compare geometry (and
+/// the rest), not textures that one tool embeds and the other references.
+fn without_images(glb: &[u8]) -> Vec<u8> {
+    let Ok((json, Some(mut bin))) = kiln_worker::gltf::split_glb(glb) else {
+        return glb.to_vec();
+    };
+    let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
+        return glb.to_vec();
+    };
+    for image in doc["images"].as_array().into_iter().flatten() {
+        let Some(v) = image["bufferView"].as_u64() else {
+            continue;
+        };
+        let view = &doc["bufferViews"][v as usize];
+        if view["buffer"].as_u64() != Some(0) {
+            continue;
+        }
+        let start = view["byteOffset"].as_u64().unwrap_or(0) as usize;
+        let end = (start + view["byteLength"].as_u64().unwrap_or(0) as usize).min(bin.len());
+        bin[start.min(end)..end].fill(0);
+    }
+    kiln_worker::gltf::write_glb(&doc, Some(&bin))
+}
+
 fn gzip(bytes: &[u8]) -> usize {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(9));
     e.write_all(bytes).unwrap();
@@ -96,14 +120,25 @@ fn main() {
         std::process::exit(2);
     }
     let khr = args.iter().any(|a| a == "--khr");
+    // Equal bits: gltfpack's -vn applies to normals and tangents alike, so tangents get the
+    // normal bits here (Kiln's own default for tangents is 12).
+    let defaults = GeometryOptions::default();
     let options = GeometryOptions {
         codec: if khr {
             MeshoptCodec::Khr
         } else {
             MeshoptCodec::Ext
         },
-        ..GeometryOptions::default()
+        tangent_bits: defaults.normal_bits,
+        ..defaults
     };
+    let bits = |b: u32| b.to_string();
+    let (vp, vt, vn, vc) = (
+        bits(options.position_bits),
+        bits(options.texcoord_bits),
+        bits(options.normal_bits),
+        bits(options.color_bits),
+    );
     let mut list = Vec::new();
     models(Path::new(&args[2]), &mut list);
     let out_dir = std::env::temp_dir().join("kiln-bench");
@@ -154,7 +189,7 @@ fn main() {
                 let start = Instant::now();
                 let status = std::process::Command::new(pack)
                     .args(["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()])
-                    .args(["-vp", "14", "-vt", "12", "-vn", "10", "-vc", "8"])
+                    .args(["-vp", &vp, "-vt", &vt, "-vn", &vn, "-vc", &vc])
                     .arg(if khr { "-cz" } else { "-cc" })
                     .stdout(std::process::Stdio::null())
                     .stderr(std::process::Stdio::null())
@@ -163,14 +198,21 @@ fn main() {
                 match status {
                     Ok(s) if s.success() => {
                         let b = std::fs::read(&out).unwrap();
-                        (non_image_bytes(&b, &resources), gzip(&b), brotli(&b), ms)
+                        let stripped = without_images(&b);
+                        (
+                            non_image_bytes(&b, &resources),
+                            gzip(&stripped),
+                            brotli(&stripped),
+                            ms,
+                        )
                     }
                     _ => (0, 0, 0, ms),
                 }
             }
             None => (0, 0, 0, 0.0),
         };
-        let (k_gz, k_br) = (gzip(&kiln.meshopt), brotli(&kiln.meshopt));
+        let stripped = without_images(&kiln.meshopt);
+        let (k_gz, k_br) = (gzip(&stripped), brotli(&stripped));
         let ratio = |a: usize, b: usize| {
             if b > 0 {
                 format!("{:.3}", a as f64 / b as f64)

@@ -622,20 +622,37 @@ struct EncodedAttribute {
     normal_error: Option<(f64, f64)>,
 }
 
-/// Rounds `v` (in `[lo, hi]` of the normalised range) onto a `bits` grid and returns the
-/// integer to store in a normalised integer of `storage_bits` (8 or 16).
+/// `v` in `[0, 1]` on a `bits` grid, stored in a normalised integer of `storage_bits` (8 or
+/// 16) by bit replication (`k << s | k >> r`, like 5-to-8-bit color expansion): exact at both
+/// ends, and the low bits repeat the high ones instead of being rounding noise, which would
+/// cost compression.
 fn unorm(v: f32, bits: u32, storage_bits: u32) -> u32 {
     let levels = ((1u32 << bits) - 1) as f32;
-    let storage = ((1u32 << storage_bits) - 1) as f32;
-    let on_grid = (v.clamp(0.0, 1.0) * levels).round() / levels;
-    (on_grid * storage).round() as u32
+    let k = (v.clamp(0.0, 1.0) * levels).round() as u32;
+    expand(k, bits, storage_bits)
 }
 
+/// Signed counterpart of [`unorm`]: the magnitude is replicated, the sign kept.
 fn snorm(v: f32, bits: u32, storage_bits: u32) -> i32 {
     let levels = ((1u32 << (bits - 1)) - 1) as f32;
-    let storage = ((1u32 << (storage_bits - 1)) - 1) as f32;
-    let on_grid = (v.clamp(-1.0, 1.0) * levels).round() / levels;
-    (on_grid * storage).round() as i32
+    let m = (v.clamp(-1.0, 1.0).abs() * levels).round() as u32;
+    let magnitude = expand(m, bits - 1, storage_bits - 1) as i32;
+    if v < 0.0 { -magnitude } else { magnitude }
+}
+
+/// Widens a `from`-bit integer to `to` bits so that all-ones maps to all-ones.
+fn expand(k: u32, from: u32, to: u32) -> u32 {
+    if from >= to {
+        return k;
+    }
+    let mut out = 0u32;
+    let mut filled = 0;
+    while filled < to {
+        let shift = to as i32 - filled as i32 - from as i32;
+        out |= if shift >= 0 { k << shift } else { k >> -shift };
+        filled += from;
+    }
+    out & ((1u32 << to) - 1)
 }
 
 fn storage_bits(bits: u32) -> u32 {
@@ -1843,6 +1860,24 @@ pub fn run(
 mod tests {
     use super::*;
     use crate::gltf::NoResources;
+
+    #[test]
+    fn bit_replication_is_exact_at_the_ends_and_close_between() {
+        assert_eq!(unorm(1.0, 12, 16), 65535);
+        assert_eq!(unorm(0.0, 12, 16), 0);
+        assert_eq!(snorm(1.0, 10, 16), 32767);
+        assert_eq!(snorm(-1.0, 10, 16), -32767);
+        for i in 0..=4095u32 {
+            let v = i as f32 / 4095.0;
+            let stored = unorm(v, 12, 16) as f32 / 65535.0;
+            assert!((stored - v).abs() < 1.0 / 65535.0, "{i}: {stored} vs {v}");
+        }
+        for i in 0..=511i32 {
+            let v = i as f32 / 511.0;
+            let stored = snorm(v, 10, 16) as f32 / 32767.0;
+            assert!((stored - v).abs() < 1.0 / 32767.0, "{i}");
+        }
+    }
 
     /// A unit quad (two triangles, non-indexed, with a duplicate vertex) with normals and UVs.
     fn quad() -> Vec<u8> {
