@@ -45,34 +45,66 @@ fn models(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The GLB with embedded image bytes zeroed, so that compressed sizes compare geometry (and
-/// the rest), not textures that one tool embeds and the other references.
-fn without_images(glb: &[u8]) -> Vec<u8> {
+/// The GLB with the bytes of some views zeroed (embedded images; with `animations`, also
+/// animation data), so compressed sizes compare what the stage under test produces: textures
+/// are one tool's embed and the other's reference, animations are issue 4's stage.
+fn zeroed(glb: &[u8], animations: bool) -> Vec<u8> {
     let Ok((json, Some(mut bin))) = kiln_worker::gltf::split_glb(glb) else {
         return glb.to_vec();
     };
     let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
         return glb.to_vec();
     };
-    for image in doc["images"].as_array().into_iter().flatten() {
-        let Some(v) = image["bufferView"].as_u64() else {
-            continue;
-        };
+    let mut views: Vec<u64> = doc["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["bufferView"].as_u64())
+        .collect();
+    if animations {
+        for animation in doc["animations"].as_array().into_iter().flatten() {
+            for sampler in animation["samplers"].as_array().into_iter().flatten() {
+                for key in ["input", "output"] {
+                    if let Some(a) = sampler[key].as_u64()
+                        && let Some(v) = doc["accessors"][a as usize]["bufferView"].as_u64()
+                    {
+                        views.push(v);
+                    }
+                }
+            }
+        }
+    }
+    for v in views {
         let view = &doc["bufferViews"][v as usize];
-        if view["buffer"].as_u64() != Some(0) {
+        // A meshopt-compressed view's bytes are where its extension says.
+        let stored = ["EXT_meshopt_compression", "KHR_meshopt_compression"]
+            .iter()
+            .find_map(|e| view["extensions"].get(*e))
+            .unwrap_or(view);
+        if stored["buffer"].as_u64() != Some(0) {
             continue;
         }
-        let start = view["byteOffset"].as_u64().unwrap_or(0) as usize;
-        let end = (start + view["byteLength"].as_u64().unwrap_or(0) as usize).min(bin.len());
+        let start = stored["byteOffset"].as_u64().unwrap_or(0) as usize;
+        let end = (start + stored["byteLength"].as_u64().unwrap_or(0) as usize).min(bin.len());
         bin[start.min(end)..end].fill(0);
     }
     kiln_worker::gltf::write_glb(&doc, Some(&bin))
 }
 
-fn gzip(bytes: &[u8]) -> usize {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(9));
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap().len()
+/// Max position error (relative to the bbox diagonal) of `output` against `source`, measured
+/// by the outside checker (`tests/gltf-check/check.mjs`, three.js in Node).
+fn measured_error(source: &Path, output: &Path) -> Option<f64> {
+    let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gltf-check/check.mjs");
+    let out = std::process::Command::new("node")
+        .arg(check)
+        .arg("--reference")
+        .arg(source)
+        .arg(output)
+        .arg("--no-objects")
+        .output()
+        .ok()?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    report["outputs"][0]["compare"]["max_position_error_rel"].as_f64()
 }
 
 fn brotli(bytes: &[u8]) -> usize {
@@ -120,8 +152,8 @@ fn main() {
         std::process::exit(2);
     }
     let khr = args.iter().any(|a| a == "--khr");
-    // Equal bits: gltfpack's -vn applies to normals and tangents alike, so tangents get the
-    // normal bits here (Kiln's own default for tangents is 12).
+    // Equal bits: gltfpack -vn 10 stores tangents as 8-bit octahedral, so tangents get 8
+    // bits here (Kiln's own default for tangents is 12).
     let defaults = GeometryOptions::default();
     let options = GeometryOptions {
         codec: if khr {
@@ -129,7 +161,7 @@ fn main() {
         } else {
             MeshoptCodec::Ext
         },
-        tangent_bits: defaults.normal_bits,
+        tangent_bits: 8,
         ..defaults
     };
     let bits = |b: u32| b.to_string();
@@ -145,24 +177,24 @@ fn main() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let pack = gltfpack();
     println!(
-        "{:<44} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>6} {:>8} {:>8} {:>6} {:>7} {:>7} {:>6} {:>9}",
+        "{:<44} {:>9} | {:>8} {:>8} {:>6} | {:>8} {:>8} {:>6} | {:>7} {:>7} {:>5} | {:>8} {:>8}",
         "model",
         "input",
-        "kiln",
-        "gltfpack",
-        "ratio",
-        "kiln.gz",
-        "gp.gz",
-        "ratio",
         "kiln.br",
         "gp.br",
+        "ratio",
+        "geo.kiln",
+        "geo.gp",
         "ratio",
         "kiln ms",
         "gp ms",
         "ratio",
-        "kiln err"
+        "kiln err",
+        "gp err"
     );
+    let mut geo_ratio = (0f64, 0usize);
     let mut log_ratio = (0f64, 0usize);
+    let (mut total_kiln, mut total_gp) = (0usize, 0usize);
     for path in list {
         let name = path
             .strip_prefix(&args[2])
@@ -182,64 +214,70 @@ fn main() {
                 continue;
             }
         };
-        let kiln_bytes = non_image_bytes(&kiln.meshopt, &resources);
-        let (gp_bytes, gp_gz, gp_br, gp_ms) = match &pack {
-            Some(pack) => {
-                let out = out_dir.join("gltfpack.glb");
-                let start = Instant::now();
-                let status = std::process::Command::new(pack)
-                    .args(["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()])
-                    .args(["-vp", &vp, "-vt", &vt, "-vn", &vn, "-vc", &vc])
-                    .arg(if khr { "-cz" } else { "-cc" })
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .status();
-                let ms = start.elapsed().as_secs_f64() * 1000.0;
-                match status {
-                    Ok(s) if s.success() => {
-                        let b = std::fs::read(&out).unwrap();
-                        let stripped = without_images(&b);
-                        (
-                            non_image_bytes(&b, &resources),
-                            gzip(&stripped),
-                            brotli(&stripped),
-                            ms,
-                        )
-                    }
-                    _ => (0, 0, 0, ms),
-                }
-            }
-            None => (0, 0, 0, 0.0),
+        // Written beside the source so the checker resolves external images.
+        let kiln_file = path.with_file_name(format!(".kiln-bench-{}.glb", std::process::id()));
+        std::fs::write(&kiln_file, &kiln.meshopt).unwrap();
+        let kiln_err = measured_error(&path, &kiln_file);
+        let _ = std::fs::remove_file(&kiln_file);
+        let Some(pack) = &pack else {
+            println!(
+                "{name:<44} {input:>9} | {:>8}",
+                brotli(&zeroed(&kiln.meshopt, false))
+            );
+            continue;
         };
-        let stripped = without_images(&kiln.meshopt);
-        let (k_gz, k_br) = (gzip(&stripped), brotli(&stripped));
-        let ratio = |a: usize, b: usize| {
-            if b > 0 {
-                format!("{:.3}", a as f64 / b as f64)
-            } else {
-                "-".into()
-            }
-        };
-        if gp_br > 0 {
-            log_ratio.0 += (k_br as f64 / gp_br as f64).ln();
-            log_ratio.1 += 1;
+        let out = out_dir.join("gltfpack.glb");
+        let start = Instant::now();
+        let status = std::process::Command::new(pack)
+            .args(["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()])
+            .args(["-vp", &vp, "-vt", &vt, "-vn", &vn, "-vc", &vc])
+            .arg(if khr { "-cz" } else { "-cc" })
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let gp_ms = start.elapsed().as_secs_f64() * 1000.0;
+        if !status.is_ok_and(|s| s.success()) {
+            println!("{name:<44} {input:>9}  gltfpack failed");
+            continue;
         }
+        let gp = std::fs::read(&out).unwrap();
+        let gp_err = measured_error(&path, &out);
+        let (k_all, g_all) = (
+            brotli(&zeroed(&kiln.meshopt, false)),
+            brotli(&zeroed(&gp, false)),
+        );
+        let (k_geo, g_geo) = (
+            brotli(&zeroed(&kiln.meshopt, true)),
+            brotli(&zeroed(&gp, true)),
+        );
+        geo_ratio.0 += (k_geo as f64 / g_geo as f64).ln();
+        geo_ratio.1 += 1;
+        log_ratio.0 += (k_all as f64 / g_all as f64).ln();
+        log_ratio.1 += 1;
+        total_kiln += k_geo;
+        total_gp += g_geo;
+        let err = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{e:.2e}"));
         println!(
-            "{name:<44} {input:>9} {kiln_bytes:>9} {gp_bytes:>9} {:>6} {k_gz:>8} {gp_gz:>8} {:>6} {k_br:>8} {gp_br:>8} {:>6} {kiln_ms:>7.1} {gp_ms:>7.1} {:>6} {:>9.2e}",
-            ratio(kiln_bytes, gp_bytes),
-            ratio(k_gz, gp_gz),
-            ratio(k_br, gp_br),
-            if gp_ms > 0.0 {
-                format!("{:.2}", kiln_ms / gp_ms)
-            } else {
-                "-".into()
-            },
-            kiln.report.max_position_error_relative,
+            "{name:<44} {input:>9} | {k_all:>8} {g_all:>8} {:>6.3} | {k_geo:>8} {g_geo:>8} {:>6.3} | {kiln_ms:>7.1} {gp_ms:>7.1} {:>5.2} | {:>8} {:>8}",
+            k_all as f64 / g_all as f64,
+            k_geo as f64 / g_geo as f64,
+            kiln_ms / gp_ms,
+            err(kiln_err),
+            err(gp_err),
+        );
+    }
+    if geo_ratio.1 > 0 {
+        println!(
+            "geometric mean kiln/gltfpack after brotli, animations excluded: {:.3}; total {} vs {} bytes ({:.3})",
+            (geo_ratio.0 / geo_ratio.1 as f64).exp(),
+            total_kiln,
+            total_gp,
+            total_kiln as f64 / total_gp as f64
         );
     }
     if log_ratio.1 > 0 {
         println!(
-            "geometric mean kiln/gltfpack after brotli: {:.3} over {} models",
+            "geometric mean kiln/gltfpack after brotli, whole files: {:.3} over {} models",
             (log_ratio.0 / log_ratio.1 as f64).exp(),
             log_ratio.1
         );

@@ -189,6 +189,13 @@ pub fn optimize_model(
         ..ModelReport::default()
     };
     let grid = position_grid(&source, options.position_bits)?;
+    // Integer UVs with the scale in KHR_texture_transform, per material; variants of a
+    // material (KHR_materials_variants) would need one grid for several: normalised UVs there.
+    let uv_grids = if source.uses_extension("KHR_materials_variants") {
+        HashMap::new()
+    } else {
+        uv_grids(&source)?
+    };
     let mut codecs: HashMap<usize, ViewCodec> = HashMap::new();
     let mut sq_error = 0f64;
     let mut normal_error = (0f64, 0f64);
@@ -201,11 +208,15 @@ pub fn optimize_model(
             .unwrap_or_default();
         for (p, primitive) in primitives.iter().enumerate() {
             let what = format!("meshes[{m}].primitives[{p}]");
+            let uv = uv_grids.get(&primitive.get("material").and_then(Value::as_u64));
             let out = process_primitive(
                 &source,
                 &mut asset,
                 primitive,
-                &grid,
+                Grids {
+                    position: &grid,
+                    uv,
+                },
                 &options,
                 &what,
                 &mut codecs,
@@ -230,6 +241,9 @@ pub fn optimize_model(
         } else {
             0.0
         };
+    }
+    if apply_texture_transforms(&mut asset.json, &uv_grids, options.texcoord_bits) {
+        add_extension(&mut asset.json, "KHR_texture_transform", true);
     }
     report.max_normal_error_degrees_quantized = normal_error.0;
     report.max_normal_error_degrees_meshopt = normal_error.1;
@@ -319,6 +333,140 @@ fn position_grid(asset: &Asset, bits: u32) -> Result<Option<Grid>, GltfError> {
     }))
 }
 
+/// A material's texture coordinate range: `uv = offset + extent × q / (2^bits − 1)`.
+#[derive(Debug, Clone, PartialEq)]
+struct UvGrid {
+    offset: [f32; 2],
+    extent: [f32; 2],
+}
+
+/// UV bounds per material (all texcoord sets of all primitives that use it), keyed by the
+/// material index (`None`: primitives without a material, which sample no texture).
+fn uv_grids(asset: &Asset) -> Result<HashMap<Option<u64>, UvGrid>, GltfError> {
+    let mut bounds: HashMap<Option<u64>, ([f32; 2], [f32; 2])> = HashMap::new();
+    for (m, mesh) in asset.array("meshes").iter().enumerate() {
+        for (p, primitive) in mesh["primitives"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            // Without a material there is no texture to carry the scale: normalised UVs there.
+            let Some(key) = primitive.get("material").and_then(Value::as_u64).map(Some) else {
+                continue;
+            };
+            for (name, index) in primitive["attributes"].as_object().into_iter().flatten() {
+                if !name.starts_with("TEXCOORD_") {
+                    continue;
+                }
+                let Some(index) = index.as_u64() else {
+                    continue;
+                };
+                let (layout, values) = accessors::read_f32(asset, index as usize)?;
+                if layout.components != 2 {
+                    continue;
+                }
+                if values.iter().any(|v| !v.is_finite()) {
+                    return Err(invalid(
+                        format!("meshes[{m}].primitives[{p}].{name}"),
+                        "holds NaN or infinite values",
+                    ));
+                }
+                let entry = bounds
+                    .entry(key)
+                    .or_insert(([f32::INFINITY; 2], [f32::NEG_INFINITY; 2]));
+                for uv in values.chunks_exact(2) {
+                    for ((lo, hi), &v) in entry.0.iter_mut().zip(entry.1.iter_mut()).zip(uv) {
+                        *lo = lo.min(v);
+                        *hi = hi.max(v);
+                    }
+                }
+            }
+        }
+    }
+    Ok(bounds
+        .into_iter()
+        .map(|(key, (min, max))| {
+            (
+                key,
+                UvGrid {
+                    offset: min,
+                    extent: [max[0] - min[0], max[1] - min[1]],
+                },
+            )
+        })
+        .collect())
+}
+
+/// Puts each material's UV dequantization into every texture it samples, composed with the
+/// material's own KHR_texture_transform. Returns whether any texture got one.
+fn apply_texture_transforms(
+    json: &mut Value,
+    grids: &HashMap<Option<u64>, UvGrid>,
+    bits: u32,
+) -> bool {
+    let levels = ((1u32 << bits) - 1) as f32;
+    let mut any = false;
+    let Some(materials) = json.get_mut("materials").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    for (index, material) in materials.iter_mut().enumerate() {
+        let Some(grid) = grids.get(&Some(index as u64)) else {
+            continue;
+        };
+        let q_scale = [grid.extent[0] / levels, grid.extent[1] / levels];
+        any |= compose_in_texture_infos(material, grid.offset, q_scale);
+    }
+    any
+}
+
+/// Walks a material's JSON; every texture info (an object with `index` under a key ending in
+/// `Texture`) gets `E ∘ Q`, where `E` is its existing transform and `Q` the dequantization.
+fn compose_in_texture_infos(value: &mut Value, q_offset: [f32; 2], q_scale: [f32; 2]) -> bool {
+    let mut any = false;
+    if let Some(object) = value.as_object_mut() {
+        for (key, child) in object.iter_mut() {
+            if (key.ends_with("Texture") || key.ends_with("texture"))
+                && child.get("index").is_some()
+            {
+                let info = child.as_object_mut().expect("object");
+                let extensions = info.entry("extensions").or_insert_with(|| json!({}));
+                let existing = extensions
+                    .get("KHR_texture_transform")
+                    .cloned()
+                    .unwrap_or(json!({}));
+                let pair = |v: &Value, default: f32| -> [f32; 2] {
+                    [
+                        v.get(0)
+                            .and_then(Value::as_f64)
+                            .map_or(default, |x| x as f32),
+                        v.get(1)
+                            .and_then(Value::as_f64)
+                            .map_or(default, |x| x as f32),
+                    ]
+                };
+                let e_offset = pair(&existing["offset"], 0.0);
+                let e_scale = pair(&existing["scale"], 1.0);
+                let rotation = existing["rotation"].as_f64().unwrap_or(0.0) as f32;
+                let (sin, cos) = rotation.sin_cos();
+                let scaled = [e_scale[0] * q_offset[0], e_scale[1] * q_offset[1]];
+                let offset = [
+                    e_offset[0] + cos * scaled[0] - sin * scaled[1],
+                    e_offset[1] + sin * scaled[0] + cos * scaled[1],
+                ];
+                let mut transform = existing.clone();
+                transform["offset"] = json!(offset);
+                transform["scale"] = json!([e_scale[0] * q_scale[0], e_scale[1] * q_scale[1]]);
+                extensions["KHR_texture_transform"] = transform;
+                any = true;
+            } else {
+                any |= compose_in_texture_infos(child, q_offset, q_scale);
+            }
+        }
+    }
+    any
+}
+
 struct PrimitiveOut {
     primitive: Value,
     triangles_before: u64,
@@ -339,15 +487,22 @@ struct Stream {
     source: Layout,
 }
 
+/// The quantization grids one primitive is written on.
+struct Grids<'a> {
+    position: &'a Option<Grid>,
+    uv: Option<&'a UvGrid>,
+}
+
 fn process_primitive(
     source: &Asset,
     asset: &mut Asset,
     primitive: &Value,
-    grid: &Option<Grid>,
+    grids: Grids<'_>,
     options: &GeometryOptions,
     what: &str,
     codecs: &mut HashMap<usize, ViewCodec>,
 ) -> Result<PrimitiveOut, GltfError> {
+    let (grid, uv) = (grids.position, grids.uv);
     let mode = primitive.get("mode").and_then(Value::as_u64).unwrap_or(4);
     let attributes = primitive
         .get("attributes")
@@ -456,7 +611,7 @@ fn process_primitive(
         }
         let unique = first.len();
         let list: Vec<u32> = list.iter().map(|&v| remap[v as usize]).collect();
-        let list = meshopt::optimize_vertex_cache(&list, unique);
+        let list = meshopt::optimize_vertex_cache_strip(&list, unique);
         let fetch = meshopt::optimize_vertex_fetch_remap(&list, unique);
         let used = fetch.iter().filter(|&&f| f != u32::MAX).count();
         let mut order = vec![0u32; used];
@@ -501,6 +656,7 @@ fn process_primitive(
             stream,
             &values,
             grid,
+            uv,
             options,
             weights_total.as_deref(),
             &weight_sets,
@@ -556,7 +712,8 @@ fn process_primitive(
     }
 
     if let Some(list) = indices {
-        let (bytes, component_type, stride) = if new_count <= 65_536 {
+        // 16-bit indices up to 65534: 65535 is the primitive restart index in WebGL 2.
+        let (bytes, component_type, stride) = if new_count <= 65_535 {
             (
                 list.iter()
                     .flat_map(|&i| (i as u16).to_le_bytes())
@@ -698,6 +855,7 @@ fn encode_attribute(
     stream: &Stream,
     values: &[f32],
     grid: &Option<Grid>,
+    uv: Option<&UvGrid>,
     options: &GeometryOptions,
     weights_total: Option<&[f32]>,
     weight_sets: &[String],
@@ -812,6 +970,42 @@ fn encode_attribute(
                 normal_error: Some((plain_error.max(oct_error), oct_error)),
             })
         }
+        _ if name.starts_with("TEXCOORD_") && n == 2 && uv.is_some() => {
+            // Plain integers on the material's grid: small values, no rounding noise.
+            let uv = uv.expect("checked");
+            let bits = options.texcoord_bits;
+            let levels = ((1u32 << bits) - 1) as f32;
+            let q: Vec<i32> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let axis = i % 2;
+                    if uv.extent[axis] > 0.0 {
+                        ((v - uv.offset[axis]) / uv.extent[axis] * levels)
+                            .round()
+                            .clamp(0.0, levels) as i32
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let storage = storage_bits(bits);
+            let (bytes, stride) = pack_ints(&q, 2, storage);
+            let component_type = if storage == 8 {
+                UNSIGNED_BYTE
+            } else {
+                UNSIGNED_SHORT
+            };
+            Ok(EncodedAttribute {
+                accessor: json!({"componentType": component_type, "type": "VEC2"}),
+                bytes,
+                stride,
+                filter: "NONE",
+                filtered: None,
+                position_error: None,
+                normal_error: None,
+            })
+        }
         _ if name.starts_with("TEXCOORD_") && n == 2 => {
             if values.iter().all(|v| (0.0..=1.0).contains(v)) {
                 let bits = options.texcoord_bits;
@@ -852,12 +1046,22 @@ fn encode_attribute(
             } else {
                 UNSIGNED_SHORT
             };
+            // KHR_meshopt_compression's color filter (YCoCg) compresses colors better.
+            let (filter, filtered) = if options.codec == MeshoptCodec::Khr {
+                let rgba: Vec<[f32; 4]> = values
+                    .chunks(n)
+                    .map(|c| [c[0], c[1], c[2], if n == 4 { c[3] } else { 1.0 }])
+                    .collect();
+                ("COLOR", Some(color_filter(&rgba, bits, stride)))
+            } else {
+                ("NONE", None)
+            };
             Ok(EncodedAttribute {
                 accessor: json!({"componentType": component_type, "normalized": true, "type": accessors::type_name(n)}),
                 bytes,
                 stride,
-                filter: "NONE",
-                filtered: None,
+                filter,
+                filtered,
                 position_error: None,
                 normal_error: None,
             })
@@ -1006,6 +1210,22 @@ fn repack_oct_plain(filtered: &(Vec<u8>, usize), storage: u32, stride: usize) ->
         }
     }
     Some(decoded)
+}
+
+/// Color-filter input (KHR_meshopt_compression) for RGBA in `[0, 1]`; `stride` is 4 or 8.
+fn color_filter(rgba: &[[f32; 4]], bits: u32, stride: usize) -> Vec<u8> {
+    let mut out = vec![0u8; rgba.len() * stride];
+    // SAFETY: `out` holds rgba.len() elements of `stride` (4 or 8) bytes; input is 4 floats each.
+    unsafe {
+        meshopt::ffi::meshopt_encodeFilterColor(
+            out.as_mut_ptr().cast(),
+            rgba.len(),
+            stride,
+            bits as i32,
+            rgba.as_ptr().cast(),
+        );
+    }
+    out
 }
 
 /// Exponential-filter input for float data in the meshopt variant.
@@ -1207,6 +1427,14 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
         s, 0., 0., 0., 0., s, 0., 0., 0., 0., s, 0., o[0], o[1], o[2], 1.,
     ];
     let node_count = asset.array("nodes").len();
+    // Nodes whose translation/rotation/scale an animation drives can't absorb D themselves.
+    let animated: BTreeSet<u64> = asset
+        .array("animations")
+        .iter()
+        .flat_map(|a| a["channels"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["target"]["path"] != "weights")
+        .filter_map(|c| c["target"]["node"].as_u64())
+        .collect();
     let mut skins_done = BTreeSet::new();
     let mut moved: BTreeMap<usize, usize> = BTreeMap::new();
     for n in 0..node_count {
@@ -1221,8 +1449,19 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
             }
             continue;
         }
-        // A child node holds the mesh with the dequantization transform, so the node's own
-        // transform, animations and children are untouched.
+        // A leaf node that no animation moves takes D into its own transform: M' = M · D.
+        let leaf = node
+            .get("children")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        if leaf
+            && !animated.contains(&(n as u64))
+            && bake_into_node(&mut asset.json["nodes"][n], &d)
+        {
+            continue;
+        }
+        // Otherwise a child node holds the mesh with the dequantization transform, so the
+        // node's own transform, animations and children are untouched.
         let mut child = json!({"mesh": mesh, "translation": o, "scale": [s, s, s]});
         if let Some(weights) = node.get("weights") {
             child["weights"] = weights.clone();
@@ -1255,6 +1494,84 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
         }
     }
     Ok(())
+}
+
+/// `node`'s transform becomes `M · D` (D = translate(o) · uniform scale(s)); false if the
+/// node's transform can't be read.
+fn bake_into_node(node: &mut Value, d: &[f32; 16]) -> bool {
+    let object = node.as_object_mut().expect("node");
+    if let Some(matrix) = object.get("matrix").and_then(Value::as_array) {
+        let m: Vec<f32> = matrix
+            .iter()
+            .filter_map(|v| v.as_f64().map(|x| x as f32))
+            .collect();
+        if m.len() != 16 {
+            return false;
+        }
+        object.insert("matrix".into(), json!(mat4_mul(&m, d).to_vec()));
+        return true;
+    }
+    let triple = |key: &str, default: [f32; 3]| -> Option<[f32; 3]> {
+        match object.get(key) {
+            None => Some(default),
+            Some(v) => {
+                let a = v.as_array()?;
+                Some([
+                    a.first()?.as_f64()? as f32,
+                    a.get(1)?.as_f64()? as f32,
+                    a.get(2)?.as_f64()? as f32,
+                ])
+            }
+        }
+    };
+    let (Some(t), Some(sc)) = (triple("translation", [0.0; 3]), triple("scale", [1.0; 3])) else {
+        return false;
+    };
+    let q: [f32; 4] = match object.get("rotation").and_then(Value::as_array) {
+        None => [0.0, 0.0, 0.0, 1.0],
+        Some(a) if a.len() == 4 => {
+            let v: Vec<f32> = a
+                .iter()
+                .filter_map(|x| x.as_f64().map(|x| x as f32))
+                .collect();
+            if v.len() != 4 {
+                return false;
+            }
+            [v[0], v[1], v[2], v[3]]
+        }
+        Some(_) => return false,
+    };
+    // T' = T + R(S ⊙ o), R' = R, S' = S · s.
+    let (o, s) = ([d[12], d[13], d[14]], d[0]);
+    let v = [sc[0] * o[0], sc[1] * o[1], sc[2] * o[2]];
+    let r = rotate(q, v);
+    object.insert(
+        "translation".into(),
+        json!([t[0] + r[0], t[1] + r[1], t[2] + r[2]]),
+    );
+    object.insert("scale".into(), json!([sc[0] * s, sc[1] * s, sc[2] * s]));
+    true
+}
+
+/// Rotates `v` by the unit quaternion `q` (x, y, z, w).
+fn rotate(q: [f32; 4], v: [f32; 3]) -> [f32; 3] {
+    let (x, y, z, w) = (q[0], q[1], q[2], q[3]);
+    // v' = v + 2w(u × v) + 2 u × (u × v), with u = (x, y, z).
+    let c1 = [
+        y * v[2] - z * v[1],
+        z * v[0] - x * v[2],
+        x * v[1] - y * v[0],
+    ];
+    let c2 = [
+        y * c1[2] - z * c1[1],
+        z * c1[0] - x * c1[2],
+        x * c1[1] - y * c1[0],
+    ];
+    [
+        v[0] + 2.0 * (w * c1[0] + c2[0]),
+        v[1] + 2.0 * (w * c1[1] + c2[1]),
+        v[2] + 2.0 * (w * c1[2] + c2[2]),
+    ]
 }
 
 fn premultiply_inverse_binds(
@@ -1938,11 +2255,10 @@ mod tests {
         let q = Asset::read(&out.quantized, &NoResources).unwrap();
         assert!(q.uses_extension("KHR_mesh_quantization"));
         assert_eq!(q.json["meshes"][0]["extras"]["keep"], 1);
-        // The mesh moved to a child node that carries the dequantization.
-        assert!(q.json["nodes"][0].get("mesh").is_none());
-        let child = q.json["nodes"][0]["children"][0].as_u64().unwrap() as usize;
-        assert_eq!(q.json["nodes"][child]["mesh"], 0);
-        let s = q.json["nodes"][child]["scale"][0].as_f64().unwrap();
+        // The leaf node took the dequantization into its own transform: world x = 5 + 2 at most.
+        assert_eq!(q.json["nodes"][0]["mesh"], 0);
+        let s = q.json["nodes"][0]["scale"][0].as_f64().unwrap();
+        let t = q.json["nodes"][0]["translation"][0].as_f64().unwrap();
         let (_, pos) = accessors::read_f32(
             &q,
             q.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"]
@@ -1950,8 +2266,8 @@ mod tests {
                 .unwrap() as usize,
         )
         .unwrap();
-        let max_x = pos.chunks(3).map(|p| p[0]).fold(0f32, f32::max) as f64 * s;
-        assert!((max_x - 2.0).abs() < 1e-3, "{max_x}");
+        let max_x = t + pos.chunks(3).map(|p| p[0]).fold(0f32, f32::max) as f64 * s;
+        assert!((max_x - 7.0).abs() < 1e-3, "{max_x}");
         let m = Asset::read(&out.meshopt, &NoResources).unwrap();
         assert!(m.uses_extension("EXT_meshopt_compression"));
         // Decoding the meshopt variant gives the quantized variant's data.
@@ -1959,6 +2275,66 @@ mod tests {
             .as_u64()
             .unwrap() as usize;
         assert_eq!(accessors::read_f32(&m, pi).unwrap().1, pos);
+    }
+
+    /// Integer UVs with the scale in KHR_texture_transform sample the texture where the
+    /// source did, composed with the material's own transform (rotation included).
+    #[test]
+    fn texture_coordinates_keep_their_meaning_through_the_transform() {
+        let mut asset = Asset::read(&quad(), &NoResources).unwrap();
+        // UVs outside [0, 1] and a material with its own transform.
+        let uvs: Vec<f32> = vec![-1., 0., 3., 0., 3., 2., -1., 0., 3., 2., -1., 2.];
+        asset.views[2] = pack_floats(&uvs);
+        asset.json["meshes"][0]["primitives"][0]["material"] = json!(0);
+        asset.json["materials"] = json!([{"pbrMetallicRoughness": {"baseColorTexture": {"index": 0,
+            "extensions": {"KHR_texture_transform": {"offset": [0.1, 0.2], "scale": [2.0, 3.0], "rotation": 0.3}}}}}]);
+        asset.json["textures"] = json!([{"source": 0}]);
+        asset.json["images"] = json!([{"uri": "a.png"}]);
+        let out =
+            optimize_model(&asset.to_glb(), &NoResources, &GeometryOptions::default()).unwrap();
+        let q = Asset::read(&out.quantized, &NoResources).unwrap();
+        let apply = |t: &Value, uv: [f32; 2]| -> [f32; 2] {
+            let get = |k: &str, i: usize, d: f32| {
+                t[k].get(i).and_then(Value::as_f64).map_or(d, |v| v as f32)
+            };
+            let (sin, cos) = (t["rotation"].as_f64().unwrap_or(0.0) as f32).sin_cos();
+            let v = [get("scale", 0, 1.0) * uv[0], get("scale", 1, 1.0) * uv[1]];
+            [
+                get("offset", 0, 0.0) + cos * v[0] - sin * v[1],
+                get("offset", 1, 0.0) + sin * v[0] + cos * v[1],
+            ]
+        };
+        let old = json!({"offset": [0.1, 0.2], "scale": [2.0, 3.0], "rotation": 0.3});
+        let new = &q.json["materials"][0]["pbrMetallicRoughness"]["baseColorTexture"]["extensions"]
+            ["KHR_texture_transform"];
+        assert!(q.uses_extension("KHR_texture_transform"));
+        let prim = &q.json["meshes"][0]["primitives"][0]["attributes"];
+        let (layout, tex) =
+            accessors::read_f32(&q, prim["TEXCOORD_0"].as_u64().unwrap() as usize).unwrap();
+        assert!(!layout.normalized && layout.component_type == UNSIGNED_SHORT);
+        let (_, pos) =
+            accessors::read_f32(&q, prim["POSITION"].as_u64().unwrap() as usize).unwrap();
+        let source_pos: [[f32; 2]; 6] =
+            [[0., 0.], [2., 0.], [2., 1.], [0., 0.], [2., 1.], [0., 1.]];
+        let max_q = pos
+            .chunks(3)
+            .fold([0f32; 2], |m, p| [m[0].max(p[0]), m[1].max(p[1])]);
+        for (v, p) in pos.chunks(3).enumerate() {
+            // Match the source vertex by (normalised) position.
+            let here = [p[0] / max_q[0] * 2.0, p[1] / max_q[1].max(1.0)];
+            let s = source_pos
+                .iter()
+                .position(|sp| (sp[0] - here[0]).abs() < 1e-2 && (sp[1] - here[1]).abs() < 1e-2)
+                .unwrap();
+            let expected = apply(&old, [uvs[2 * s], uvs[2 * s + 1]]);
+            let got = apply(new, [tex[2 * v], tex[2 * v + 1]]);
+            for axis in 0..2 {
+                assert!(
+                    (expected[axis] - got[axis]).abs() < 4.0 * 3.0 / 4095.0,
+                    "{v}: {expected:?} vs {got:?}"
+                );
+            }
+        }
     }
 
     #[test]
