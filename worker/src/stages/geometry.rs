@@ -573,6 +573,35 @@ fn process_primitive(
     } else {
         0
     };
+    // Quantize first, per source vertex: vertices that differ only below the quantization
+    // step become identical and are merged below (what the output can express decides).
+    let weight_sets: Vec<String> = streams
+        .iter()
+        .filter(|s| s.name.starts_with("WEIGHTS_"))
+        .map(|s| s.name.clone())
+        .collect();
+    let weights_total: Option<Vec<f32>> = (!weight_sets.is_empty()).then(|| {
+        let mut total = vec![0f32; vertex_count];
+        for s in streams.iter().filter(|s| s.name.starts_with("WEIGHTS_")) {
+            for (v, chunk) in s.values.chunks(4).enumerate() {
+                total[v] += chunk.iter().sum::<f32>();
+            }
+        }
+        total
+    });
+    let mut encoded = Vec::with_capacity(streams.len());
+    for stream in &streams {
+        encoded.push(encode_attribute(
+            stream,
+            &stream.values,
+            grid,
+            uv,
+            options,
+            weights_total.as_deref(),
+            &weight_sets,
+        )?);
+    }
+
     let mut original_of: Vec<u32> = (0..vertex_count as u32).collect();
     let mut new_count = vertex_count;
 
@@ -584,9 +613,8 @@ fn process_primitive(
         if list.len() % 3 != 0 {
             return Err(invalid(what, "triangle list length is not a multiple of 3"));
         }
-        // Merge identical vertices (every attribute and morph delta bit-for-bit equal).
-        let all: Vec<&Stream> = streams.iter().chain(targets.iter().flatten()).collect();
-        let mut seen: HashMap<Vec<u32>, u32> = HashMap::with_capacity(vertex_count);
+        // Merge vertices whose stored bytes (both variants') and morph deltas are equal.
+        let mut seen: HashMap<Vec<u8>, u32> = HashMap::with_capacity(vertex_count);
         let mut first: Vec<u32> = Vec::new();
         let mut remap = vec![u32::MAX; vertex_count];
         for &v in &list {
@@ -594,14 +622,18 @@ fn process_primitive(
             if remap[v] != u32::MAX {
                 continue;
             }
-            let key: Vec<u32> = all
-                .iter()
-                .flat_map(|s| {
-                    s.values[v * s.components..(v + 1) * s.components]
-                        .iter()
-                        .map(|x| x.to_bits())
-                })
-                .collect();
+            let mut key = Vec::new();
+            for e in &encoded {
+                key.extend_from_slice(&e.bytes[v * e.stride..(v + 1) * e.stride]);
+                if let Some(f) = &e.filtered {
+                    key.extend_from_slice(&f[v * e.stride..(v + 1) * e.stride]);
+                }
+            }
+            for t in targets.iter().flatten() {
+                for x in &t.values[v * t.components..(v + 1) * t.components] {
+                    key.extend_from_slice(&x.to_bits().to_le_bytes());
+                }
+            }
             let next = first.len() as u32;
             let id = *seen.entry(key).or_insert(next);
             if id == next {
@@ -611,6 +643,7 @@ fn process_primitive(
         }
         let unique = first.len();
         let list: Vec<u32> = list.iter().map(|&v| remap[v as usize]).collect();
+        // Strip-friendly order: the index codec and the vertex deltas compress better.
         let list = meshopt::optimize_vertex_cache_strip(&list, unique);
         let fetch = meshopt::optimize_vertex_fetch_remap(&list, unique);
         let used = fetch.iter().filter(|&&f| f != u32::MAX).count();
@@ -631,36 +664,22 @@ fn process_primitive(
             .flat_map(|&o| s.values[o as usize * n..o as usize * n + n].iter().copied())
             .collect()
     };
+    let pick_rows = |bytes: &[u8], stride: usize| -> Vec<u8> {
+        original_of
+            .iter()
+            .flat_map(|&o| {
+                bytes[o as usize * stride..(o as usize + 1) * stride]
+                    .iter()
+                    .copied()
+            })
+            .collect()
+    };
 
     let mut out = primitive.clone();
     let mut attrs = serde_json::Map::new();
     let mut max_position_error = 0f64;
     let mut normal_error = (0f64, 0f64);
-    let weight_sets: Vec<String> = streams
-        .iter()
-        .filter(|s| s.name.starts_with("WEIGHTS_"))
-        .map(|s| s.name.clone())
-        .collect();
-    let weights_total: Option<Vec<f32>> = (!weight_sets.is_empty()).then(|| {
-        let mut total = vec![0f32; new_count];
-        for s in streams.iter().filter(|s| s.name.starts_with("WEIGHTS_")) {
-            for (v, chunk) in pick(s).chunks(4).enumerate() {
-                total[v] += chunk.iter().sum::<f32>();
-            }
-        }
-        total
-    });
-    for stream in &streams {
-        let values = pick(stream);
-        let encoded = encode_attribute(
-            stream,
-            &values,
-            grid,
-            uv,
-            options,
-            weights_total.as_deref(),
-            &weight_sets,
-        )?;
+    for (stream, encoded) in streams.iter().zip(encoded) {
         if let Some(e) = encoded.position_error {
             max_position_error = max_position_error.max(e);
         }
@@ -668,13 +687,19 @@ fn process_primitive(
             normal_error.0 = normal_error.0.max(e.0);
             normal_error.1 = normal_error.1.max(e.1);
         }
-        let view = push_view(
-            asset,
-            encoded.bytes,
-            Some(encoded.stride),
-            Some(ARRAY_BUFFER),
-        );
+        let bytes = pick_rows(&encoded.bytes, encoded.stride);
+        let filtered = encoded
+            .filtered
+            .as_deref()
+            .map(|f| pick_rows(f, encoded.stride));
         let mut accessor = encoded.accessor;
+        if stream.name == "POSITION" {
+            // Bounds of the vertices kept (unreferenced ones are gone).
+            let (min, max) = u16_bounds(&bytes, encoded.stride);
+            accessor["min"] = json!(min);
+            accessor["max"] = json!(max);
+        }
+        let view = push_view(asset, bytes, Some(encoded.stride), Some(ARRAY_BUFFER));
         accessor["bufferView"] = json!(view);
         accessor["count"] = json!(new_count);
         let index = push_accessor(asset, accessor);
@@ -683,7 +708,7 @@ fn process_primitive(
             ViewCodec {
                 mode: "ATTRIBUTES",
                 filter: encoded.filter,
-                filtered: encoded.filtered,
+                filtered,
             },
         );
         attrs.insert(stream.name.clone(), json!(index));
@@ -814,6 +839,23 @@ fn expand(k: u32, from: u32, to: u32) -> u32 {
 
 fn storage_bits(bits: u32) -> u32 {
     if bits <= 8 { 8 } else { 16 }
+}
+
+/// Per-axis bounds of quantized positions (three u16 at the start of each element).
+fn u16_bounds(bytes: &[u8], stride: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut min = [f32::INFINITY; 3];
+    let mut max = [f32::NEG_INFINITY; 3];
+    for element in bytes.chunks(stride) {
+        for axis in 0..3 {
+            let v = u16::from_le_bytes([element[2 * axis], element[2 * axis + 1]]) as f32;
+            min[axis] = min[axis].min(v);
+            max[axis] = max[axis].max(v);
+        }
+    }
+    if bytes.is_empty() {
+        return (vec![0.0; 3], vec![0.0; 3]);
+    }
+    (min.to_vec(), max.to_vec())
 }
 
 /// Packs `count` elements of `components` integers into 4-byte-aligned elements.
