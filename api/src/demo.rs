@@ -202,10 +202,55 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
             file["url"].as_str().unwrap_or("")
         );
     }
-    let totals = &report["totals"];
+    // A player downloads each model once, in its preferred variant.
+    let mut skipped = std::collections::BTreeSet::new();
+    let mut variants_added = std::collections::BTreeSet::new();
+    for model in manifest["models"].as_array().into_iter().flatten() {
+        let preferred = model["preferred"].as_str().unwrap_or("");
+        let mut line = format!("\n  model {}:", model["path"].as_str().unwrap_or(""));
+        for variant in model["variants"].as_array().into_iter().flatten() {
+            let name = variant["variant"].as_str().unwrap_or("");
+            line.push_str(&format!(
+                " {name} {} B (br {}){}",
+                variant["size"],
+                variant["brotli_size"],
+                if name == preferred {
+                    " ← preferred"
+                } else {
+                    ""
+                }
+            ));
+            let path = variant["path"].as_str().unwrap_or("").to_string();
+            if name != "original" {
+                variants_added.insert(path.clone());
+            }
+            if name != preferred {
+                skipped.insert(path);
+            }
+        }
+        println!("{line}");
+    }
+    let download: u64 = report["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| !skipped.contains(f["path"].as_str().unwrap_or("")))
+        .map(|f| {
+            f["brotli_bytes"]
+                .as_u64()
+                .or(f["bytes_after"].as_u64())
+                .unwrap_or(0)
+        })
+        .sum();
+    let original: u64 = report["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| !variants_added.contains(f["path"].as_str().unwrap_or("")))
+        .map(|f| f["bytes_before"].as_u64().unwrap_or(0))
+        .sum();
     println!(
-        "\n  total {} bytes; a browser accepting brotli downloads {} bytes",
-        totals["bytes_after"], totals["brotli_bytes"]
+        "\n  the build as uploaded: {original} bytes; a player with brotli downloads {download} bytes"
     );
     println!("\nplay it:        {base}/play/{game}/");
     println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");

@@ -52,6 +52,9 @@ fn models() -> Vec<PathBuf> {
         }
     }
     walk(&shared, &mut list);
+    if list.len() == 1 {
+        eprintln!("../shared/assets is not here: checking the sample game's model only");
+    }
     list
 }
 
