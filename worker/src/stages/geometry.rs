@@ -1713,51 +1713,11 @@ fn collect_garbage(
         }
     }
     let mut used_accessors = BTreeSet::new();
-    let mut note = |v: &Value| {
+    visit_accessor_refs(json, &mut |v| {
         if let Some(i) = v.as_u64() {
             used_accessors.insert(i as usize);
         }
-    };
-    for mesh in json
-        .get("meshes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for p in mesh["primitives"].as_array().into_iter().flatten() {
-            p["attributes"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .for_each(|(_, v)| note(v));
-            note(&p["indices"]);
-            for t in p["targets"].as_array().into_iter().flatten() {
-                t.as_object()
-                    .into_iter()
-                    .flatten()
-                    .for_each(|(_, v)| note(v));
-            }
-        }
-    }
-    for skin in json
-        .get("skins")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        note(&skin["inverseBindMatrices"]);
-    }
-    for animation in json
-        .get("animations")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        for sampler in animation["samplers"].as_array().into_iter().flatten() {
-            note(&sampler["input"]);
-            note(&sampler["output"]);
-        }
-    }
+    });
     let accessor_map: HashMap<usize, usize> = used_accessors
         .iter()
         .enumerate()
@@ -1800,60 +1760,11 @@ fn collect_garbage(
         .enumerate()
         .map(|(new, &old)| (old, new))
         .collect();
-    let remap_accessor = |v: &mut Value| {
+    visit_accessor_refs(json, &mut |v| {
         if let Some(i) = v.as_u64() {
             *v = json!(accessor_map[&(i as usize)]);
         }
-    };
-    for mesh in json
-        .get_mut("meshes")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        for p in mesh["primitives"].as_array_mut().into_iter().flatten() {
-            p["attributes"]
-                .as_object_mut()
-                .into_iter()
-                .flatten()
-                .for_each(|(_, v)| remap_accessor(v));
-            if p.get("indices").is_some() {
-                remap_accessor(&mut p["indices"]);
-            }
-            for t in p
-                .get_mut("targets")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                t.as_object_mut()
-                    .into_iter()
-                    .flatten()
-                    .for_each(|(_, v)| remap_accessor(v));
-            }
-        }
-    }
-    for skin in json
-        .get_mut("skins")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        if skin.get("inverseBindMatrices").is_some() {
-            remap_accessor(&mut skin["inverseBindMatrices"]);
-        }
-    }
-    for animation in json
-        .get_mut("animations")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        for sampler in animation["samplers"].as_array_mut().into_iter().flatten() {
-            remap_accessor(&mut sampler["input"]);
-            remap_accessor(&mut sampler["output"]);
-        }
-    }
+    });
     let mut accessors = accessors;
     for a in &mut accessors {
         for pointer in [
@@ -1895,6 +1806,71 @@ fn collect_garbage(
         .into_iter()
         .filter_map(|(old, codec)| view_map.get(&old).map(|&new| (new, codec)))
         .collect()
+}
+
+/// Calls `f` on every place that names an accessor: primitive attributes, indices and morph
+/// targets, inverse bind matrices, animation sampler inputs and outputs.
+fn visit_accessor_refs(json: &mut Value, f: &mut dyn FnMut(&mut Value)) {
+    for mesh in json
+        .get_mut("meshes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        for p in mesh
+            .get_mut("primitives")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(attributes) = p.get_mut("attributes").and_then(Value::as_object_mut) {
+                attributes.values_mut().for_each(&mut *f);
+            }
+            if let Some(indices) = p.get_mut("indices") {
+                f(indices);
+            }
+            for t in p
+                .get_mut("targets")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                t.as_object_mut()
+                    .into_iter()
+                    .flat_map(|o| o.values_mut())
+                    .for_each(&mut *f);
+            }
+        }
+    }
+    for skin in json
+        .get_mut("skins")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(ibm) = skin.get_mut("inverseBindMatrices") {
+            f(ibm);
+        }
+    }
+    for animation in json
+        .get_mut("animations")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        for sampler in animation
+            .get_mut("samplers")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            for key in ["input", "output"] {
+                if let Some(v) = sampler.get_mut(key) {
+                    f(v);
+                }
+            }
+        }
+    }
 }
 
 fn set_array(json: &mut Value, name: &str, items: Vec<Value>) {
