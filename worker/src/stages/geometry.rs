@@ -455,8 +455,8 @@ fn compose_in_texture_infos(value: &mut Value, q_offset: [f32; 2], q_scale: [f32
                     e_offset[1] + sin * scaled[0] + cos * scaled[1],
                 ];
                 let mut transform = existing.clone();
-                transform["offset"] = json!(offset);
-                transform["scale"] = json!([e_scale[0] * q_scale[0], e_scale[1] * q_scale[1]]);
+                transform["offset"] = floats(&offset);
+                transform["scale"] = floats(&[e_scale[0] * q_scale[0], e_scale[1] * q_scale[1]]);
                 extensions["KHR_texture_transform"] = transform;
                 any = true;
             } else {
@@ -589,6 +589,33 @@ fn process_primitive(
         }
         total
     });
+    // A joint whose weight quantizes to zero does not matter: storing 0 there lets more
+    // vertices merge and compresses better (and the validator stops warning about it).
+    for set in 0.. {
+        let (Some(j), Some(w)) = (
+            streams
+                .iter()
+                .position(|s| s.name == format!("JOINTS_{set}")),
+            streams
+                .iter()
+                .position(|s| s.name == format!("WEIGHTS_{set}")),
+        ) else {
+            break;
+        };
+        if streams[j].components != 4 || streams[w].components != 4 {
+            break;
+        }
+        let totals = weights_total.as_deref().unwrap_or(&[]);
+        let weights = streams[w].values.clone();
+        for (v, joints) in streams[j].values.chunks_mut(4).enumerate() {
+            let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
+            for k in 0..4 {
+                if (weights[v * 4 + k] / total * 255.0).round() == 0.0 {
+                    joints[k] = 0.0;
+                }
+            }
+        }
+    }
     let mut encoded = Vec::with_capacity(streams.len());
     for stream in &streams {
         encoded.push(encode_attribute(
@@ -696,8 +723,8 @@ fn process_primitive(
         if stream.name == "POSITION" {
             // Bounds of the vertices kept (unreferenced ones are gone).
             let (min, max) = u16_bounds(&bytes, encoded.stride);
-            accessor["min"] = json!(min);
-            accessor["max"] = json!(max);
+            accessor["min"] = floats(&min);
+            accessor["max"] = floats(&max);
         }
         let view = push_view(asset, bytes, Some(encoded.stride), Some(ARRAY_BUFFER));
         accessor["bufferView"] = json!(view);
@@ -841,6 +868,27 @@ fn storage_bits(bits: u32) -> u32 {
     if bits <= 8 { 8 } else { 16 }
 }
 
+/// f32 values as JSON numbers in their shortest form (`0.1`, not `0.10000000149011612`;
+/// `16383`, not `16383.0`): the JSON is part of what every player downloads.
+fn floats(values: &[f32]) -> Value {
+    Value::Array(
+        values
+            .iter()
+            .map(|&v| {
+                if v.fract() == 0.0 && v.abs() < 1e15 {
+                    json!(v as i64)
+                } else {
+                    v.to_string()
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                        .map_or(Value::Null, Value::Number)
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Per-axis bounds of quantized positions (three u16 at the start of each element).
 fn u16_bounds(bytes: &[u8], stride: usize) -> (Vec<f32>, Vec<f32>) {
     let mut min = [f32::INFINITY; 3];
@@ -908,8 +956,8 @@ fn encode_attribute(
         let mut accessor = json!({"componentType": FLOAT, "type": accessors::type_name(n)});
         if name == "POSITION" {
             let (min, max) = min_max(values, n);
-            accessor["min"] = json!(min);
-            accessor["max"] = json!(max);
+            accessor["min"] = floats(&min);
+            accessor["max"] = floats(&max);
         }
         // Float data stays float; the meshopt variant stores it with the exponential filter.
         let filtered = exp_filter(values, n);
@@ -1504,7 +1552,8 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
         }
         // Otherwise a child node holds the mesh with the dequantization transform, so the
         // node's own transform, animations and children are untouched.
-        let mut child = json!({"mesh": mesh, "translation": o, "scale": [s, s, s]});
+        let mut child =
+            json!({"mesh": mesh, "translation": floats(&o), "scale": floats(&[s, s, s])});
         if let Some(weights) = node.get("weights") {
             child["weights"] = weights.clone();
         }
@@ -1550,7 +1599,7 @@ fn bake_into_node(node: &mut Value, d: &[f32; 16]) -> bool {
         if m.len() != 16 {
             return false;
         }
-        object.insert("matrix".into(), json!(mat4_mul(&m, d).to_vec()));
+        object.insert("matrix".into(), floats(&mat4_mul(&m, d)));
         return true;
     }
     let triple = |key: &str, default: [f32; 3]| -> Option<[f32; 3]> {
@@ -1589,9 +1638,9 @@ fn bake_into_node(node: &mut Value, d: &[f32; 16]) -> bool {
     let r = rotate(q, v);
     object.insert(
         "translation".into(),
-        json!([t[0] + r[0], t[1] + r[1], t[2] + r[2]]),
+        floats(&[t[0] + r[0], t[1] + r[1], t[2] + r[2]]),
     );
-    object.insert("scale".into(), json!([sc[0] * s, sc[1] * s, sc[2] * s]));
+    object.insert("scale".into(), floats(&[sc[0] * s, sc[1] * s, sc[2] * s]));
     true
 }
 
