@@ -143,9 +143,6 @@ async fn process_build(
 ) -> Result<(), BoxDynError> {
     let context: Arc<JobContext> = (*context).clone();
     let id = job.build_id;
-    let span = tracing::info_span!("build", build_id = %id);
-    let _enter = span.enter();
-    drop(_enter);
     let mut last_error = String::new();
     for attempt in 1..=context.transient_retries.max(1) {
         match run_once(&context, &id).await {

@@ -1860,30 +1860,15 @@ fn collect_garbage(
 /// Calls `f` on every place that names an accessor: primitive attributes, indices and morph
 /// targets, inverse bind matrices, animation sampler inputs and outputs.
 fn visit_accessor_refs(json: &mut Value, f: &mut dyn FnMut(&mut Value)) {
-    for mesh in json
-        .get_mut("meshes")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        for p in mesh
-            .get_mut("primitives")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
+    for mesh in items_mut(json, "meshes") {
+        for p in items_mut(mesh, "primitives") {
             if let Some(attributes) = p.get_mut("attributes").and_then(Value::as_object_mut) {
                 attributes.values_mut().for_each(&mut *f);
             }
             if let Some(indices) = p.get_mut("indices") {
                 f(indices);
             }
-            for t in p
-                .get_mut("targets")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
+            for t in items_mut(p, "targets") {
                 t.as_object_mut()
                     .into_iter()
                     .flat_map(|o| o.values_mut())
@@ -1891,28 +1876,13 @@ fn visit_accessor_refs(json: &mut Value, f: &mut dyn FnMut(&mut Value)) {
             }
         }
     }
-    for skin in json
-        .get_mut("skins")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
+    for skin in items_mut(json, "skins") {
         if let Some(ibm) = skin.get_mut("inverseBindMatrices") {
             f(ibm);
         }
     }
-    for animation in json
-        .get_mut("animations")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        for sampler in animation
-            .get_mut("samplers")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
+    for animation in items_mut(json, "animations") {
+        for sampler in items_mut(animation, "samplers") {
             for key in ["input", "output"] {
                 if let Some(v) = sampler.get_mut(key) {
                     f(v);
@@ -1920,6 +1890,15 @@ fn visit_accessor_refs(json: &mut Value, f: &mut dyn FnMut(&mut Value)) {
             }
         }
     }
+}
+
+/// The elements of the array at `object[key]` (none if it is missing or not an array).
+fn items_mut<'a>(object: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    object
+        .get_mut(key)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
 }
 
 fn set_array(json: &mut Value, name: &str, items: Vec<Value>) {
