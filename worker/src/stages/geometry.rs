@@ -1044,20 +1044,22 @@ fn encode_attribute(
                 })
                 .fold(0f64, f64::max);
             // The meshopt variant stores octahedral-encoded values (4 components, w kept).
-            let (filtered, oct_error) = oct_filter(&unit, bits, storage);
+            let oct = oct_filter(&unit, bits, storage);
+            debug_assert_eq!(oct.decoded.len(), bytes.len());
             let component_type = if storage == 8 { BYTE } else { SHORT };
             Ok(EncodedAttribute {
                 accessor: json!({"componentType": component_type, "normalized": true, "type": accessors::type_name(n)}),
+                // Element strides agree: 3 or 4 components of 1 or 2 bytes pad to 4 or 8.
                 bytes: if n == 3 {
-                    repack_oct_plain(&filtered, storage, stride).unwrap_or(bytes)
+                    oct_plain_normals(&oct.decoded, stride)
                 } else {
                     bytes
                 },
                 stride,
                 filter: "OCTAHEDRAL",
-                filtered: Some(filtered.0),
+                filtered: Some(oct.filtered),
                 position_error: None,
-                normal_error: Some((plain_error.max(oct_error), oct_error)),
+                normal_error: Some((plain_error.max(oct.max_error), oct.max_error)),
             })
         }
         _ if name.starts_with("TEXCOORD_") && n == 2 && uv.is_some() => {
@@ -1245,21 +1247,30 @@ fn angle_deg(a: &[f32; 4], b: &[f32; 3]) -> f64 {
     (dot as f64).acos().to_degrees()
 }
 
-/// Octahedral filter input for the meshopt variant, and the angle error after decoding.
-fn oct_filter(unit: &[[f32; 4]], bits: u32, storage: u32) -> ((Vec<u8>, usize), f64) {
+/// Octahedral encoding of unit vectors for the meshopt variant, decoded once to measure it.
+struct Octahedral {
+    /// Filter input: what the meshopt variant compresses.
+    filtered: Vec<u8>,
+    /// What a decoder reconstructs from it (xyz, and w as given).
+    decoded: Vec<u8>,
+    /// Largest angle between a source vector and its decoded one, in degrees.
+    max_error: f64,
+}
+
+fn oct_filter(unit: &[[f32; 4]], bits: u32, storage: u32) -> Octahedral {
     let stride = if storage == 8 { 4 } else { 8 };
-    let mut out = vec![0u8; unit.len() * stride];
-    // SAFETY: `out` holds unit.len() elements of `stride` bytes; `unit` is 4 floats each.
+    let mut filtered = vec![0u8; unit.len() * stride];
+    // SAFETY: `filtered` holds unit.len() elements of `stride` bytes; `unit` is 4 floats each.
     unsafe {
         meshopt::ffi::meshopt_encodeFilterOct(
-            out.as_mut_ptr().cast(),
+            filtered.as_mut_ptr().cast(),
             unit.len(),
             stride,
             bits as i32,
             unit.as_ptr().cast(),
         );
     }
-    let mut decoded = out.clone();
+    let mut decoded = filtered.clone();
     // SAFETY: as above.
     unsafe {
         meshopt::ffi::meshopt_decodeFilterOct(decoded.as_mut_ptr().cast(), unit.len(), stride)
@@ -1272,34 +1283,28 @@ fn oct_filter(unit: &[[f32; 4]], bits: u32, storage: u32) -> ((Vec<u8>, usize), 
             i16::from_le_bytes([e[2 * c], e[2 * c + 1]]) as f32 / max_value
         }
     };
-    let error = unit
+    let max_error = unit
         .iter()
         .zip(decoded.chunks(stride))
         .map(|(u, e)| angle_deg(u, &[read(e, 0), read(e, 1), read(e, 2)]))
         .fold(0f64, f64::max);
-    ((out, stride), error)
+    Octahedral {
+        filtered,
+        decoded,
+        max_error,
+    }
 }
 
-/// For VEC3 normals the quantized variant stores exactly what the octahedral decoder would
-/// produce, so both variants hold the same normals (and the meshopt fallback is exact).
-fn repack_oct_plain(filtered: &(Vec<u8>, usize), storage: u32, stride: usize) -> Option<Vec<u8>> {
-    let (data, filtered_stride) = filtered;
-    if *filtered_stride != stride {
-        return None;
-    }
-    let mut decoded = data.clone();
-    let count = data.len() / stride;
-    let _ = storage;
-    // SAFETY: `decoded` holds `count` elements of `stride` (4 or 8) bytes.
-    unsafe { meshopt::ffi::meshopt_decodeFilterOct(decoded.as_mut_ptr().cast(), count, stride) };
-    // The decoder writes xyz and keeps w (the padding): clear the padding component.
+/// For VEC3 normals the quantized variant stores exactly what the octahedral decoder
+/// produces, so both variants hold the same normals (and the meshopt fallback is exact).
+/// The decoder keeps w, which is padding here: it is cleared.
+fn oct_plain_normals(decoded: &[u8], stride: usize) -> Vec<u8> {
+    let mut plain = decoded.to_vec();
     let size = stride / 4;
-    for element in decoded.chunks_mut(stride) {
-        for b in &mut element[3 * size..] {
-            *b = 0;
-        }
+    for element in plain.chunks_mut(stride) {
+        element[3 * size..].fill(0);
     }
-    Some(decoded)
+    plain
 }
 
 /// Color-filter input (KHR_meshopt_compression) for RGBA in `[0, 1]`; `stride` is 4 or 8.
