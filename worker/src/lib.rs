@@ -2,6 +2,7 @@
 //! the build job that runs it against the database and object store (`job.rs`), and start-up
 //! (`runtime.rs`).
 
+pub mod animation;
 pub mod gltf;
 pub mod job;
 pub mod pipeline;

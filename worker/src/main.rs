@@ -46,6 +46,25 @@ enum Command {
         #[arg(long, default_value = "cdn")]
         cdn_base: String,
     },
+    /// Measure a compressed model's animation error against its source: per clip, max / p99 /
+    /// mean distance of every vertex (skinned, morphed) and of shell points around joints
+    /// that move no vertex, sampled at 4× the source key rate.
+    AnimError {
+        source: PathBuf,
+        compressed: PathBuf,
+        /// Tolerance relative to the model's bounding-box diagonal.
+        #[arg(long, default_value_t = 5e-5)]
+        tolerance: f64,
+        /// Absolute tolerance in model units (overrides --tolerance).
+        #[arg(long)]
+        tolerance_abs: Option<f64>,
+        /// Shell radius for virtual vertices, relative to the diagonal.
+        #[arg(long, default_value_t = 0.015)]
+        shell: f64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +77,17 @@ fn main() -> std::process::ExitCode {
         }
     };
     kiln_common::init_tracing(config.log_json);
+    if let Some(Command::AnimError {
+        source,
+        compressed,
+        tolerance,
+        tolerance_abs,
+        shell,
+        json,
+    }) = &cli.command
+    {
+        return anim_error(source, compressed, *tolerance, *tolerance_abs, *shell, *json);
+    }
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => runtime.block_on(consume(config)),
@@ -69,6 +99,7 @@ fn main() -> std::process::ExitCode {
             key,
             cdn_base,
         } => runtime.block_on(process(config, package, out, game, version, key, cdn_base)),
+        Command::AnimError { .. } => unreachable!("handled above"),
     };
     match result {
         Ok(code) => code,
@@ -237,4 +268,56 @@ fn tempfile_dir(out: &std::path::Path) -> anyhow::Result<PathBuf> {
     let dir = out.join(format!(".work-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// `kiln-worker anim-error`: exit 0 when every sample of every clip is within tolerance, 1
+/// when not, 2 when a file can't be read.
+fn anim_error(
+    source: &std::path::Path,
+    compressed: &std::path::Path,
+    tolerance: f64,
+    tolerance_abs: Option<f64>,
+    shell: f64,
+    json: bool,
+) -> std::process::ExitCode {
+    use kiln_worker::animation::metric::{MetricOptions, compare};
+    use kiln_worker::gltf::read_path;
+    let read = |p: &std::path::Path| read_path(p).map_err(|e| format!("{}: {e}", p.display()));
+    let result = read(source).and_then(|s| {
+        let c = read(compressed)?;
+        let options = MetricOptions { shell, ..MetricOptions::default() };
+        compare(&s, &c, &options, tolerance_abs, tolerance).map_err(|e| e.to_string())
+    });
+    let (rig, clips) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kiln-worker anim-error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let limit = tolerance_abs.unwrap_or(tolerance * rig.diagonal);
+    let ok = clips.iter().all(|c| c.max <= limit && c.duration_source == c.duration_output);
+    if json {
+        let out = serde_json::json!({"diagonal": rig.diagonal, "tolerance": limit, "clips": clips, "ok": ok});
+        println!("{out}");
+    } else {
+        println!("diagonal {:.6} · tolerance {:.3e} (model units)", rig.diagonal, limit);
+        println!("{:<4} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11} {:>10} {:>9}", "clip", "name", "samples", "points", "max", "p99", "mean", "max/diag", "within");
+        for c in &clips {
+            println!(
+                "{:<4} {:<24} {:>7} {:>7} {:>11.4e} {:>11.4e} {:>11.4e} {:>10.2e} {:>8.2}%{}",
+                c.index,
+                c.name.chars().take(24).collect::<String>(),
+                c.samples,
+                c.points,
+                c.max,
+                c.p99,
+                c.mean,
+                c.max_relative,
+                100.0 * c.within_share,
+                if c.duration_source == c.duration_output { String::new() } else { format!("  duration {} → {}", c.duration_source, c.duration_output) }
+            );
+        }
+    }
+    if ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE }
 }

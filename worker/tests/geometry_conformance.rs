@@ -5,58 +5,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kiln_worker::gltf::Resources;
+use kiln_worker::gltf::DirResources as Dir;
 use kiln_worker::stages::geometry::{GeometryOptions, MeshoptCodec, optimize_model};
 
-struct Dir(PathBuf);
-
-impl Resources for Dir {
-    fn load(&self, uri: &str) -> Option<Vec<u8>> {
-        let decoded = uri.replace("%20", " ");
-        (!decoded.contains("..")).then(|| std::fs::read(self.0.join(decoded)).ok())?
-    }
-}
+mod support;
 
 fn checker() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gltf-check");
-    if !dir.join("node_modules/gltf-validator").exists() {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir)
-            .status()
-            .expect("npm installs the glTF checkers");
-        assert!(status.success());
-    }
-    dir.join("check.mjs")
+    support::gltf_check().join("check.mjs")
 }
 
-fn models() -> Vec<PathBuf> {
-    let mut list =
-        vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game/assets/Fox.glb")];
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/assets");
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        entries.sort();
-        for path in entries {
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if path.is_dir() {
-                if name != "invalid" {
-                    walk(&path, out);
-                }
-            } else if name.ends_with(".glb") || name.ends_with(".gltf") {
-                out.push(path);
-            }
-        }
-    }
-    walk(&shared, &mut list);
-    if list.len() == 1 {
-        eprintln!("../shared/assets is not here: checking the sample game's model only");
-    }
-    list
-}
+use support::models;
 
 fn check_all(codec: MeshoptCodec) {
     let check = checker();

@@ -7,20 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use kiln_worker::gltf::{Asset, Resources};
+use kiln_worker::gltf::{Asset, DirResources as Dir, Resources};
 use kiln_worker::stages::geometry::{GeometryOptions, MeshoptCodec, optimize_model};
-
-struct Dir(PathBuf);
-
-impl Resources for Dir {
-    fn load(&self, uri: &str) -> Option<Vec<u8>> {
-        let decoded = uri.replace("%20", " ");
-        if decoded.contains("..") || decoded.starts_with('/') {
-            return None;
-        }
-        std::fs::read(self.0.join(decoded)).ok()
-    }
-}
 
 fn models(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

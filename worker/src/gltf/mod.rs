@@ -58,6 +58,28 @@ impl Resources for NoResources {
     }
 }
 
+/// Files beside a model on disk (for the command-line tools). URIs that would leave the
+/// model's folder are refused.
+pub struct DirResources(pub std::path::PathBuf);
+
+impl Resources for DirResources {
+    fn load(&self, uri: &str) -> Option<Vec<u8>> {
+        let decoded = uri.replace("%20", " ");
+        if decoded.contains("..") || decoded.starts_with('/') {
+            return None;
+        }
+        std::fs::read(self.0.join(decoded)).ok()
+    }
+}
+
+/// Reads a `.glb`/`.gltf` file with its external resources.
+pub fn read_path(path: &std::path::Path) -> Result<Asset, GltfError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| GltfError::Container(format!("{}: {e}", path.display())))?;
+    let dir = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    Asset::read(&bytes, &DirResources(dir))
+}
+
 /// Splits a GLB into its JSON and binary chunks. Parsed by hand, every length checked: the
 /// gltf crate's `Glb::from_slice` panics on some malformed headers (found with the Khronos
 /// validator's test files).

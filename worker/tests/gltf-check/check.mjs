@@ -14,8 +14,8 @@ import { fileURLToPath } from 'node:url';
 import validator from 'gltf-validator';
 import { MeshoptDecoder as NpmMeshoptDecoder } from 'meshoptimizer/decoder';
 import * as THREE from 'three';
-import { GLTFLoader } from 'three/examples/jsm/loaders/GLTFLoader.js';
-import { MeshoptDecoder as ThreeMeshoptDecoder } from 'three/examples/jsm/libs/meshopt_decoder.module.js';
+
+import { readExternal, withCapturedConsole, parseGltf } from './three-node.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const MESHOPT_EXTS = ['EXT_meshopt_compression', 'KHR_meshopt_compression'];
@@ -90,19 +90,6 @@ function readFileOrDie(file) {
     process.stderr.write(`check.mjs: cannot read ${file}: ${e.message}\n`);
     process.exit(2);
   }
-}
-
-function decodeDataUri(uri) {
-  const m = /^data:([^;,]*)(;base64)?,(.*)$/s.exec(uri);
-  if (!m) throw new Error('malformed data URI');
-  return m[2] ? new Uint8Array(Buffer.from(m[3], 'base64')) : new Uint8Array(Buffer.from(decodeURIComponent(m[3]), 'latin1'));
-}
-
-function readExternal(dir, uri) {
-  if (uri.startsWith('data:')) return decodeDataUri(uri);
-  let rel = uri;
-  try { rel = decodeURIComponent(uri); } catch { /* keep as is */ }
-  return new Uint8Array(fs.readFileSync(path.resolve(dir, rel)));
 }
 
 // Parse the container; never throws (a malformed file gives parseError).
@@ -335,57 +322,13 @@ async function decodeMeshoptInPlace(asset) {
 // ---------------------------------------------------------------------------
 // three.js loading (Node, no DOM: textures are stubbed, images never decoded)
 
-// A GLTFLoader plugin (registered per load) that
-//  - stubs every texture with an empty THREE.Texture (no image decoding in Node), and
-//  - reads buffers with a uri (data URI or file relative to the asset) itself,
-//    so that three's FileLoader (fetch + DOM events) is never used.
-function nodeIoPlugin(dir) {
-  return (parser) => {
-    const getDependency = parser.getDependency.bind(parser);
-    parser.getDependency = function (type, index) {
-      if (type === 'texture') {
-        const t = new THREE.Texture();
-        t.name = `stub_texture_${index}`;
-        return Promise.resolve(t);
-      }
-      return getDependency(type, index);
-    };
-    const loadBuffer = parser.loadBuffer.bind(parser);
-    parser.loadBuffer = function (index) {
-      const def = this.json.buffers[index];
-      if (def && def.uri !== undefined) {
-        return Promise.resolve().then(() => {
-          const u8 = readExternal(dir, def.uri);
-          return u8.buffer.slice(u8.byteOffset, u8.byteOffset + u8.byteLength);
-        });
-      }
-      return loadBuffer(index);
-    };
-    return { name: 'KILN_check_node_io' };
-  };
-}
-
-async function withCapturedConsole(fn) {
-  const saved = { log: console.log, info: console.info, warn: console.warn, error: console.error, debug: console.debug };
-  const lines = [];
-  const capture = (...args) => { const s = args.map((a) => (a instanceof Error ? a.message : typeof a === 'string' ? a : (() => { try { return JSON.stringify(a); } catch { return String(a); } })())).join(' '); if (!lines.includes(s) && lines.length < 50) lines.push(s); };
-  console.log = console.info = console.warn = console.error = console.debug = capture;
-  try {
-    return { value: await fn(), lines };
-  } finally {
-    Object.assign(console, saved);
-  }
-}
+// (nodeIoPlugin, withCapturedConsole and parseGltf live in three-node.mjs)
 
 async function loadThree(asset) {
   if (asset.parseError) return { error: `cannot parse container: ${asset.parseError}` };
   const { value, lines } = await withCapturedConsole(async () => {
     try {
-      const loader = new GLTFLoader();
-      loader.setMeshoptDecoder(ThreeMeshoptDecoder);
-      loader.register(nodeIoPlugin(asset.dir));
-      const b = asset.bytes;
-      const gltf = await loader.parseAsync(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength), '');
+      const gltf = await parseGltf(asset.bytes, asset.dir);
       return { gltf };
     } catch (e) {
       return { error: String(e && e.message ? e.message : e) };

@@ -1,0 +1,204 @@
+//! The error of an animation against its source, where players see it: the distance between
+//! source and compressed positions of every vertex (skinned and morphed through the whole
+//! hierarchy) and of virtual vertices on a shell around nodes that move no vertex (ACL's
+//! approach), in model space, sampled at 4× the source key rate over the whole clip.
+
+use glam::DVec3;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::clip::{Clip, Interpolation, read_clip};
+use super::rig::Rig;
+use crate::gltf::{Asset, GltfError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MetricOptions {
+    /// Samples per source key interval (4: between keys too).
+    pub rate_multiplier: f64,
+    /// Shell radius for virtual vertices, relative to the rest bounding-box diagonal
+    /// (0.015: 3 cm on a 2 m character).
+    pub shell: f64,
+}
+
+impl Default for MetricOptions {
+    fn default() -> Self {
+        Self { rate_multiplier: 4.0, shell: 0.015 }
+    }
+}
+
+/// The times a clip is measured at: every source key time, and a uniform grid at
+/// `multiplier` × the clip's highest key rate (CUBICSPLINE keys count four times: their
+/// curves bend between keys) from its first to its last key.
+pub fn sample_times(clip: &Clip, multiplier: f64) -> Vec<f64> {
+    let (start, end) = clip.range();
+    let mut rate: f64 = 0.0;
+    let mut times: Vec<f64> = vec![start, end];
+    for c in &clip.channels {
+        times.extend(c.times.iter().map(|&t| t as f64));
+        let (first, last) = (c.times[0] as f64, *c.times.last().unwrap() as f64);
+        if c.times.len() > 1 && last > first {
+            let per_key = if c.interpolation == Interpolation::CubicSpline { 4.0 } else { 1.0 };
+            rate = rate.max((c.times.len() - 1) as f64 * per_key / (last - first));
+        }
+    }
+    if rate > 0.0 && end > start {
+        let step = 1.0 / (rate * multiplier);
+        let n = ((end - start) / step).ceil() as usize;
+        times.extend((0..=n).map(|i| (start + i as f64 * step).min(end)));
+    }
+    times.sort_by(f64::total_cmp);
+    times.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
+    times
+}
+
+/// One clip's error, in model units and relative to the model's bounding-box diagonal.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ClipError {
+    pub index: usize,
+    pub name: String,
+    pub samples: usize,
+    pub points: usize,
+    pub max: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max_relative: f64,
+    pub p99_relative: f64,
+    /// Share of (sample, point) pairs whose error is at most the tolerance.
+    pub within_share: f64,
+    pub duration_source: f64,
+    pub duration_output: f64,
+}
+
+/// The error of `compressed` against `source` at `times`.
+pub fn clip_error(rig: &Rig, source: &Clip, compressed: &Clip, times: &[f64], tolerance: f64) -> ClipError {
+    let mut a = rig.rest_pose();
+    let mut b = a.clone();
+    let (mut pa, mut pb) = (Vec::new(), Vec::new());
+    let mut errors: Vec<f32> = Vec::new();
+    for &t in times {
+        rig.pose_at(source, t, &mut a);
+        rig.pose_at(compressed, t, &mut b);
+        rig.points(&a, &mut pa);
+        rig.points(&b, &mut pb);
+        errors.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
+    }
+    summarise(rig, source, compressed, times.len(), pa.len(), errors, tolerance)
+}
+
+fn summarise(
+    rig: &Rig,
+    source: &Clip,
+    compressed: &Clip,
+    samples: usize,
+    points: usize,
+    mut errors: Vec<f32>,
+    tolerance: f64,
+) -> ClipError {
+    let n = errors.len().max(1);
+    let max = errors.iter().copied().fold(0f32, f32::max) as f64;
+    let mean = errors.iter().map(|&e| e as f64).sum::<f64>() / n as f64;
+    let within = errors.iter().filter(|&&e| e as f64 <= tolerance).count() as f64 / n as f64;
+    let p99 = if errors.is_empty() {
+        0.0
+    } else {
+        let k = ((errors.len() as f64 * 0.99).ceil() as usize).clamp(1, errors.len()) - 1;
+        *errors.select_nth_unstable_by(k, f32::total_cmp).1 as f64
+    };
+    let d = rig.diagonal.max(f64::MIN_POSITIVE);
+    ClipError {
+        index: 0,
+        name: source.name.clone(),
+        samples,
+        points,
+        max,
+        p99,
+        mean,
+        max_relative: max / d,
+        p99_relative: p99 / d,
+        within_share: if errors.is_empty() { 1.0 } else { within },
+        duration_source: source.range().1,
+        duration_output: compressed.range().1,
+    }
+}
+
+/// Morph target count of mesh `m` of `asset`.
+pub fn morph_targets(asset: &Asset, m: usize) -> Option<usize> {
+    let mesh = asset.array("meshes").get(m)?;
+    mesh["primitives"]
+        .as_array()?
+        .iter()
+        .map(|p| p.get("targets").and_then(Value::as_array).map_or(0, Vec::len))
+        .max()
+        .filter(|&n| n > 0)
+}
+
+/// Every clip of `asset`.
+pub fn read_clips(asset: &Asset) -> Result<Vec<Clip>, GltfError> {
+    (0..asset.array("animations").len())
+        .map(|i| read_clip(asset, i, &|m| morph_targets(asset, m)))
+        .collect()
+}
+
+/// A file's clips with their node targets mapped onto the source's nodes: Kiln's geometry
+/// stage moves a mesh into a new child node (appended after the source's nodes), so a
+/// weights channel on such a node belongs to its parent in the source.
+pub fn read_clips_onto(asset: &Asset, source_nodes: usize) -> Result<Vec<Clip>, GltfError> {
+    let mut clips = read_clips(asset)?;
+    let nodes = asset.array("nodes");
+    let parent_of = |n: usize| {
+        nodes.iter().position(|p| {
+            p.get("children")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|x| x.as_u64() == Some(n as u64)))
+        })
+    };
+    for clip in &mut clips {
+        for c in &mut clip.channels {
+            let mut n = c.node;
+            let mut hops = 0;
+            while n >= source_nodes && hops < nodes.len() {
+                match parent_of(n) {
+                    Some(p) => n = p,
+                    None => break,
+                }
+                hops += 1;
+            }
+            c.node = n;
+        }
+    }
+    Ok(clips)
+}
+
+/// Measures every clip of `compressed` against the clip of `source` with the same index.
+/// `tolerance` is in model units.
+pub fn compare(
+    source: &Asset,
+    compressed: &Asset,
+    options: &MetricOptions,
+    tolerance: Option<f64>,
+    relative_tolerance: f64,
+) -> Result<(Rig, Vec<ClipError>), GltfError> {
+    let rig = Rig::read(source, options.shell)?;
+    let tolerance = tolerance.unwrap_or(relative_tolerance * rig.diagonal);
+    let source_clips = read_clips(source)?;
+    let output_clips = read_clips_onto(compressed, rig.nodes.len())?;
+    if source_clips.len() != output_clips.len() {
+        return Err(crate::gltf::invalid(
+            "animations",
+            format!("source has {} clips, the other file {}", source_clips.len(), output_clips.len()),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, (s, c)) in source_clips.iter().zip(&output_clips).enumerate() {
+        let times = sample_times(s, options.rate_multiplier);
+        let mut e = clip_error(&rig, s, c, &times, tolerance);
+        e.index = i;
+        out.push(e);
+    }
+    Ok((rig, out))
+}
+
+/// Largest distance between two point sets of equal length.
+pub fn max_distance(a: &[DVec3], b: &[DVec3]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x.distance(*y)).fold(0.0, f64::max)
+}

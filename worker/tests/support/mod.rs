@@ -1,0 +1,71 @@
+//! Helpers shared by the conformance tests: the Node.js judges in `tests/gltf-check` and the
+//! model corpus (`../shared/assets` when present, else the sample game's Fox).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The gltf-check folder, its npm packages installed.
+pub fn gltf_check() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gltf-check");
+    if !dir.join("node_modules/gltf-validator").exists() {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir)
+            .status()
+            .expect("npm installs the glTF checkers");
+        assert!(status.success());
+    }
+    dir
+}
+
+/// Every model of the corpus: the sample game's Fox, then `../shared/assets` (malformed
+/// test files excluded).
+pub fn models() -> Vec<PathBuf> {
+    let mut list =
+        vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game/assets/Fox.glb")];
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for path in entries {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                if name != "invalid" {
+                    walk(&path, out);
+                }
+            } else if name.ends_with(".glb") || name.ends_with(".gltf") {
+                out.push(path);
+            }
+        }
+    }
+    walk(&shared_assets(), &mut list);
+    if list.len() == 1 {
+        eprintln!("../shared/assets is not here: checking the sample game's model only");
+    }
+    list
+}
+
+pub fn shared_assets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/assets")
+}
+
+/// Runs `node SCRIPT ARGS…` in gltf-check and parses the one JSON object it prints.
+pub fn node_json(script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let dir = gltf_check();
+    let out = Command::new("node")
+        .arg(dir.join(script))
+        .args(args)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{script}: {e}\nstdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
