@@ -86,7 +86,14 @@ fn main() -> std::process::ExitCode {
         json,
     }) = &cli.command
     {
-        return anim_error(source, compressed, *tolerance, *tolerance_abs, *shell, *json);
+        return anim_error(
+            source,
+            compressed,
+            *tolerance,
+            *tolerance_abs,
+            *shell,
+            *json,
+        );
     }
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = match cli.command.unwrap_or(Command::Run) {
@@ -285,7 +292,10 @@ fn anim_error(
     let read = |p: &std::path::Path| read_path(p).map_err(|e| format!("{}: {e}", p.display()));
     let result = read(source).and_then(|s| {
         let c = read(compressed)?;
-        let options = MetricOptions { shell, ..MetricOptions::default() };
+        let options = MetricOptions {
+            shell,
+            ..MetricOptions::default()
+        };
         compare(&s, &c, &options, tolerance_abs, tolerance).map_err(|e| e.to_string())
     });
     let (rig, clips) = match result {
@@ -296,13 +306,21 @@ fn anim_error(
         }
     };
     let limit = tolerance_abs.unwrap_or(tolerance * rig.diagonal);
-    let ok = clips.iter().all(|c| c.max <= limit && c.duration_source == c.duration_output);
+    let ok = clips
+        .iter()
+        .all(|c| c.max <= limit && c.duration_source == c.duration_output);
     if json {
         let out = serde_json::json!({"diagonal": rig.diagonal, "tolerance": limit, "clips": clips, "ok": ok});
         println!("{out}");
     } else {
-        println!("diagonal {:.6} · tolerance {:.3e} (model units)", rig.diagonal, limit);
-        println!("{:<4} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11} {:>10} {:>9}", "clip", "name", "samples", "points", "max", "p99", "mean", "max/diag", "within");
+        println!(
+            "diagonal {:.6} · tolerance {:.3e} (model units)",
+            rig.diagonal, limit
+        );
+        println!(
+            "{:<4} {:<24} {:>7} {:>7} {:>11} {:>11} {:>11} {:>10} {:>9}",
+            "clip", "name", "samples", "points", "max", "p99", "mean", "max/diag", "within"
+        );
         for c in &clips {
             println!(
                 "{:<4} {:<24} {:>7} {:>7} {:>11.4e} {:>11.4e} {:>11.4e} {:>10.2e} {:>8.2}%{}",
@@ -315,9 +333,17 @@ fn anim_error(
                 c.mean,
                 c.max_relative,
                 100.0 * c.within_share,
-                if c.duration_source == c.duration_output { String::new() } else { format!("  duration {} → {}", c.duration_source, c.duration_output) }
+                if c.duration_source == c.duration_output {
+                    String::new()
+                } else {
+                    format!("  duration {} → {}", c.duration_source, c.duration_output)
+                }
             );
         }
     }
-    if ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE }
+    if ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
 }

@@ -5,8 +5,8 @@ mod support;
 
 use std::ffi::OsStr;
 
-use kiln_worker::animation::metric::{read_clips, sample_times};
 use kiln_worker::animation::Rig;
+use kiln_worker::animation::metric::{read_clips, sample_times};
 use kiln_worker::gltf::read_path;
 
 /// At most this many times per clip (spread over the whole clip, ends and keys included).
@@ -43,7 +43,12 @@ fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
         std::fs::write(&spec_path, spec.to_string()).unwrap();
         let summary = support::node_json(
             "anim.mjs",
-            &[OsStr::new("sample"), model.as_os_str(), spec_path.as_os_str(), bin_path.as_os_str()],
+            &[
+                OsStr::new("sample"),
+                model.as_os_str(),
+                spec_path.as_os_str(),
+                bin_path.as_os_str(),
+            ],
         );
         let vertices = summary["vertices"].as_u64().unwrap() as usize;
         let three: Vec<f32> = std::fs::read(&bin_path)
@@ -60,21 +65,104 @@ fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
                 rig.pose_at(clip, t, &mut pose);
                 rig.points(&pose, &mut points);
                 let shells = 6 * rig.shell_nodes.len();
-                assert_eq!(points.len() - shells, vertices, "{}: vertex count", model.display());
+                assert_eq!(
+                    points.len() - shells,
+                    vertices,
+                    "{}: vertex count",
+                    model.display()
+                );
                 for p in &points[..vertices] {
                     let q = &three[at..at + 3];
                     at += 3;
-                    let d = ((p.x - q[0] as f64).powi(2) + (p.y - q[1] as f64).powi(2) + (p.z - q[2] as f64).powi(2)).sqrt();
+                    let d = ((p.x - q[0] as f64).powi(2)
+                        + (p.y - q[1] as f64).powi(2)
+                        + (p.z - q[2] as f64).powi(2))
+                    .sqrt();
                     worst = worst.max(d);
                 }
             }
         }
         assert_eq!(at, three.len(), "{}: sample count", model.display());
         let relative = worst / rig.diagonal;
-        report.push(format!("{}: {vertices} vertices, max |kiln − three| = {relative:.2e} of the diagonal", model.display()));
+        report.push(format!(
+            "{}: {vertices} vertices, max |kiln − three| = {relative:.2e} of the diagonal",
+            model.display()
+        ));
         assert!(relative <= 1e-5, "{}", report.last().unwrap());
         checked += 1;
     }
     eprintln!("{}", report.join("\n"));
     assert!(checked > 0);
+}
+
+/// The stage alone (geometry untouched) on every animated model: our metric and three.js'
+/// own sampling of both variants (plain and meshopt, decoded by three's meshopt decoder) agree
+/// that every sample is within the tolerance; clip durations are unchanged.
+#[test]
+fn stage_output_is_within_tolerance_by_our_metric_and_by_three_js() {
+    use kiln_worker::animation::metric::{MetricOptions, compare};
+    use kiln_worker::gltf::{Asset, DirResources};
+    use kiln_worker::stages::animation::{AnimationOptions, animation_only_variants};
+    use kiln_worker::stages::geometry::MeshoptCodec;
+    let dir = tempfile::tempdir().unwrap();
+    let options = AnimationOptions::default();
+    let tolerance = 5e-5;
+    let mut lines = Vec::new();
+    for (n, model) in support::models().iter().enumerate() {
+        let source = read_path(model).unwrap();
+        if source.array("animations").is_empty() {
+            continue;
+        }
+        let bytes = std::fs::read(model).unwrap();
+        let resources = DirResources(model.parent().unwrap().to_owned());
+        let (plain, meshopt, report) =
+            animation_only_variants(&bytes, &resources, &options, MeshoptCodec::Ext).unwrap();
+        for (variant, data) in [("plain", &plain), ("meshopt", &meshopt)] {
+            let out = dir.path().join(format!("{n}.{variant}.glb"));
+            std::fs::write(&out, data).unwrap();
+            let output = Asset::read(data, &resources).unwrap();
+            let (rig, clips) =
+                compare(&source, &output, &MetricOptions::default(), None, tolerance)
+                    .unwrap_or_else(|e| panic!("{}: {variant}: {e}", model.display()));
+            for c in &clips {
+                assert!(
+                    c.max <= tolerance * rig.diagonal,
+                    "{}: {variant}: clip {} max {:.3e} of the diagonal",
+                    model.display(),
+                    c.name,
+                    c.max_relative
+                );
+                assert_eq!(
+                    c.duration_source,
+                    c.duration_output,
+                    "{}: duration",
+                    model.display()
+                );
+            }
+            let three = support::node_json(
+                "anim.mjs",
+                &[
+                    OsStr::new("compare"),
+                    model.as_os_str(),
+                    out.as_os_str(),
+                    OsStr::new("--tolerance"),
+                    OsStr::new("5e-5"),
+                ],
+            );
+            assert_eq!(
+                three["ok"],
+                true,
+                "{}: {variant}: three.js says {three}",
+                model.display()
+            );
+            lines.push(format!(
+                "{} {variant}: {} → {} bytes, three.js max {:.2e} of the diagonal",
+                model.display(),
+                report.bytes_before,
+                report.bytes_after,
+                three["max_rel"].as_f64().unwrap()
+            ));
+        }
+    }
+    eprintln!("{}", lines.join("\n"));
 }

@@ -193,7 +193,11 @@ pub fn slerp(a: &[f32], b: &[f32], u: f64, out: &mut [f64]) {
     let (s0, s1, linear) = if sqr_sin > f64::EPSILON {
         let sin = sqr_sin.sqrt();
         let theta = sin.atan2(dot);
-        (((1.0 - u) * theta).sin() / sin, (u * theta).sin() / sin, false)
+        (
+            ((1.0 - u) * theta).sin() / sin,
+            (u * theta).sin() / sin,
+            false,
+        )
     } else {
         (1.0 - u, u, true)
     };
@@ -207,7 +211,11 @@ pub fn slerp(a: &[f32], b: &[f32], u: f64, out: &mut [f64]) {
 
 /// Reads animation `index`, checking everything the sampler relies on: a clear error names
 /// the channel or sampler at fault.
-pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> Option<usize>) -> Result<Clip, GltfError> {
+pub fn read_clip(
+    asset: &Asset,
+    index: usize,
+    morph_targets: &dyn Fn(usize) -> Option<usize>,
+) -> Result<Clip, GltfError> {
     let what = format!("animations[{index}]");
     let animation = asset
         .array("animations")
@@ -233,7 +241,10 @@ pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> O
         };
         let node = node as usize;
         if node >= node_count {
-            return Err(invalid(&what, format!("targets node {node}, which does not exist")));
+            return Err(invalid(
+                &what,
+                format!("targets node {node}, which does not exist"),
+            ));
         }
         let path = match channel.pointer("/target/path").and_then(Value::as_str) {
             Some("translation") => Path::Translation,
@@ -241,7 +252,12 @@ pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> O
             Some("scale") => Path::Scale,
             Some("weights") => Path::Weights,
             Some("pointer") => continue,
-            other => return Err(invalid(&what, format!("target path {other:?} is not valid"))),
+            other => {
+                return Err(invalid(
+                    &what,
+                    format!("target path {other:?} is not valid"),
+                ));
+            }
         };
         let s = channel
             .get("sampler")
@@ -255,7 +271,12 @@ pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> O
             None | Some("LINEAR") => Interpolation::Linear,
             Some("STEP") => Interpolation::Step,
             Some("CUBICSPLINE") => Interpolation::CubicSpline,
-            Some(other) => return Err(invalid(&what, format!("interpolation {other:?} is not valid"))),
+            Some(other) => {
+                return Err(invalid(
+                    &what,
+                    format!("interpolation {other:?} is not valid"),
+                ));
+            }
         };
         let accessor = |key: &str| {
             sampler
@@ -269,12 +290,18 @@ pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> O
             return Err(invalid(&what, "input is not a non-empty SCALAR accessor"));
         }
         if let Some(bad) = times.iter().position(|t| !t.is_finite() || *t < 0.0) {
-            return Err(invalid(&what, format!("input time {bad} is negative or not finite")));
+            return Err(invalid(
+                &what,
+                format!("input time {bad} is negative or not finite"),
+            ));
         }
         if let Some(k) = times.windows(2).position(|w| w[1] <= w[0]) {
             return Err(invalid(
                 &what,
-                format!("input times are not strictly increasing (key {} ≤ key {k})", k + 1),
+                format!(
+                    "input times are not strictly increasing (key {} ≤ key {k})",
+                    k + 1
+                ),
             ));
         }
         let (out_layout, values) = accessors::read_f32(asset, accessor("output")?)?;
@@ -286,14 +313,23 @@ pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> O
                     .get("mesh")
                     .and_then(Value::as_u64)
                     .and_then(|m| morph_targets(m as usize))
-                    .ok_or_else(|| invalid(&what, "animates weights of a node without morph targets"))?;
+                    .ok_or_else(|| {
+                        invalid(&what, "animates weights of a node without morph targets")
+                    })?;
                 mesh_targets
             }
         };
         if path != Path::Weights && out_layout.components != width {
-            return Err(invalid(&what, format!("{} output must have {width} components", path.name())));
+            return Err(invalid(
+                &what,
+                format!("{} output must have {width} components", path.name()),
+            ));
         }
-        let per_key = if interpolation == Interpolation::CubicSpline { 3 * width } else { width };
+        let per_key = if interpolation == Interpolation::CubicSpline {
+            3 * width
+        } else {
+            width
+        };
         if values.len() != times.len() * per_key {
             return Err(invalid(
                 &what,
@@ -310,7 +346,14 @@ pub fn read_clip(asset: &Asset, index: usize, morph_targets: &dyn Fn(usize) -> O
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid(&what, "output holds NaN or infinite values"));
         }
-        channels.push(Channel { node, path, interpolation, times, values, width });
+        channels.push(Channel {
+            node,
+            path,
+            interpolation,
+            times,
+            values,
+            width,
+        });
     }
     // The spec forbids two channels on one property; if a file has them, the last one wins
     // (as in three.js).
@@ -337,12 +380,24 @@ mod tests {
 
     fn channel(interpolation: Interpolation, path: Path, times: &[f32], values: &[f32]) -> Channel {
         let width = if path == Path::Rotation { 4 } else { 3 };
-        Channel { node: 0, path, interpolation, times: times.to_vec(), values: values.to_vec(), width }
+        Channel {
+            node: 0,
+            path,
+            interpolation,
+            times: times.to_vec(),
+            values: values.to_vec(),
+            width,
+        }
     }
 
     #[test]
     fn linear_step_and_clamping() {
-        let c = channel(Interpolation::Linear, Path::Translation, &[1.0, 2.0], &[0., 0., 0., 2., 4., 6.]);
+        let c = channel(
+            Interpolation::Linear,
+            Path::Translation,
+            &[1.0, 2.0],
+            &[0., 0., 0., 2., 4., 6.],
+        );
         let mut out = [0.0; 3];
         c.sample(1.5, &mut out);
         assert_eq!(out, [1.0, 2.0, 3.0]);
@@ -350,7 +405,10 @@ mod tests {
         assert_eq!(out, [0.0, 0.0, 0.0]);
         c.sample(9.0, &mut out);
         assert_eq!(out, [2.0, 4.0, 6.0]);
-        let s = Channel { interpolation: Interpolation::Step, ..c };
+        let s = Channel {
+            interpolation: Interpolation::Step,
+            ..c
+        };
         s.sample(1.99, &mut out);
         assert_eq!(out, [0.0, 0.0, 0.0]);
         s.sample(2.0, &mut out);
@@ -361,7 +419,12 @@ mod tests {
     fn slerp_takes_the_short_way_round() {
         // 90° about z, stored with opposite signs: the midpoint is 45°, not 135°.
         let h = std::f32::consts::FRAC_1_SQRT_2;
-        let c = channel(Interpolation::Linear, Path::Rotation, &[0.0, 1.0], &[0., 0., 0., 1., 0., 0., -h, -h]);
+        let c = channel(
+            Interpolation::Linear,
+            Path::Rotation,
+            &[0.0, 1.0],
+            &[0., 0., 0., 1., 0., 0., -h, -h],
+        );
         let mut q = [0.0; 4];
         c.sample(0.5, &mut q);
         let angle = 2.0 * q[3].abs().acos().to_degrees();
@@ -371,8 +434,15 @@ mod tests {
     #[test]
     fn cubic_spline_uses_scaled_tangents() {
         // x(t) = t² on [0, 2]: tangents dx/dt are 0 and 4; the midpoint is exactly 1.
-        let values = [0., 0., 0., 0., 0., 0., 0., 0., 0., 4., 0., 0., 4., 0., 0., 4., 0., 0.];
-        let c = channel(Interpolation::CubicSpline, Path::Translation, &[0.0, 2.0], &values);
+        let values = [
+            0., 0., 0., 0., 0., 0., 0., 0., 0., 4., 0., 0., 4., 0., 0., 4., 0., 0.,
+        ];
+        let c = channel(
+            Interpolation::CubicSpline,
+            Path::Translation,
+            &[0.0, 2.0],
+            &values,
+        );
         let mut out = [0.0; 3];
         c.sample(1.0, &mut out);
         assert!((out[0] - 1.0).abs() < 1e-9, "{out:?}");

@@ -22,7 +22,10 @@ pub struct MetricOptions {
 
 impl Default for MetricOptions {
     fn default() -> Self {
-        Self { rate_multiplier: 4.0, shell: 0.015 }
+        Self {
+            rate_multiplier: 4.0,
+            shell: 0.015,
+        }
     }
 }
 
@@ -37,7 +40,11 @@ pub fn sample_times(clip: &Clip, multiplier: f64) -> Vec<f64> {
         times.extend(c.times.iter().map(|&t| t as f64));
         let (first, last) = (c.times[0] as f64, *c.times.last().unwrap() as f64);
         if c.times.len() > 1 && last > first {
-            let per_key = if c.interpolation == Interpolation::CubicSpline { 4.0 } else { 1.0 };
+            let per_key = if c.interpolation == Interpolation::CubicSpline {
+                4.0
+            } else {
+                1.0
+            };
             rate = rate.max((c.times.len() - 1) as f64 * per_key / (last - first));
         }
     }
@@ -70,7 +77,13 @@ pub struct ClipError {
 }
 
 /// The error of `compressed` against `source` at `times`.
-pub fn clip_error(rig: &Rig, source: &Clip, compressed: &Clip, times: &[f64], tolerance: f64) -> ClipError {
+pub fn clip_error(
+    rig: &Rig,
+    source: &Clip,
+    compressed: &Clip,
+    times: &[f64],
+    tolerance: f64,
+) -> ClipError {
     let mut a = rig.rest_pose();
     let mut b = a.clone();
     let (mut pa, mut pb) = (Vec::new(), Vec::new());
@@ -82,7 +95,15 @@ pub fn clip_error(rig: &Rig, source: &Clip, compressed: &Clip, times: &[f64], to
         rig.points(&b, &mut pb);
         errors.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
     }
-    summarise(rig, source, compressed, times.len(), pa.len(), errors, tolerance)
+    summarise(
+        rig,
+        source,
+        compressed,
+        times.len(),
+        pa.len(),
+        errors,
+        tolerance,
+    )
 }
 
 fn summarise(
@@ -127,7 +148,11 @@ pub fn morph_targets(asset: &Asset, m: usize) -> Option<usize> {
     mesh["primitives"]
         .as_array()?
         .iter()
-        .map(|p| p.get("targets").and_then(Value::as_array).map_or(0, Vec::len))
+        .map(|p| {
+            p.get("targets")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len)
+        })
         .max()
         .filter(|&n| n > 0)
 }
@@ -185,7 +210,11 @@ pub fn compare(
     if source_clips.len() != output_clips.len() {
         return Err(crate::gltf::invalid(
             "animations",
-            format!("source has {} clips, the other file {}", source_clips.len(), output_clips.len()),
+            format!(
+                "source has {} clips, the other file {}",
+                source_clips.len(),
+                output_clips.len()
+            ),
         ));
     }
     let mut out = Vec::new();
@@ -200,5 +229,8 @@ pub fn compare(
 
 /// Largest distance between two point sets of equal length.
 pub fn max_distance(a: &[DVec3], b: &[DVec3]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x.distance(*y)).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.distance(*y))
+        .fold(0.0, f64::max)
 }

@@ -22,6 +22,19 @@ impl Local {
     pub fn matrix(&self) -> DMat4 {
         DMat4::from_scale_rotation_translation(self.scale, self.rotation, self.translation)
     }
+
+    /// This transform with one property (not `weights`) set from sampled values. Rotations
+    /// are not renormalised: three.js uses keys as stored.
+    pub fn with(&self, path: Path, v: &[f64]) -> Local {
+        let mut out = *self;
+        match path {
+            Path::Translation => out.translation = DVec3::new(v[0], v[1], v[2]),
+            Path::Scale => out.scale = DVec3::new(v[0], v[1], v[2]),
+            Path::Rotation => out.rotation = DQuat::from_xyzw(v[0], v[1], v[2], v[3]),
+            Path::Weights => {}
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -92,7 +105,12 @@ fn triple(node: &Value, key: &str, default: DVec3, what: &str) -> Result<DVec3, 
     match node.get(key) {
         None => Ok(default),
         Some(v) => {
-            let a: Vec<f64> = v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
+            let a: Vec<f64> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .collect();
             if a.len() != 3 || a.iter().any(|x| !x.is_finite()) {
                 return Err(invalid(what, format!("{key} is not three finite numbers")));
             }
@@ -106,7 +124,12 @@ fn read_node(node: &Value, what: &str) -> Result<Node, GltfError> {
     let matrix = match node.get("matrix") {
         None => None,
         Some(m) => {
-            let v: Vec<f64> = m.as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
+            let v: Vec<f64> = m
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .collect();
             if v.len() != 16 || v.iter().any(|x| !x.is_finite()) {
                 return Err(invalid(what, "matrix is not 16 finite numbers"));
             }
@@ -116,7 +139,12 @@ fn read_node(node: &Value, what: &str) -> Result<Node, GltfError> {
     let rotation = match node.get("rotation") {
         None => DQuat::IDENTITY,
         Some(v) => {
-            let a: Vec<f64> = v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
+            let a: Vec<f64> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .collect();
             if a.len() != 4 || a.iter().any(|x| !x.is_finite()) {
                 return Err(invalid(what, "rotation is not four finite numbers"));
             }
@@ -151,10 +179,24 @@ fn vec3s(values: &[f32]) -> Vec<DVec3> {
 
 fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfError> {
     let mut out = Mesh::default();
-    for (p, primitive) in mesh.get("primitives").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    for (p, primitive) in mesh
+        .get("primitives")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         let what = format!("meshes[{index}].primitives[{p}]");
-        let Some(position) = primitive.pointer("/attributes/POSITION").and_then(Value::as_u64) else {
-            out.primitives.push(Primitive { positions: vec![], targets: vec![], influences: vec![], influences_per_vertex: 0 });
+        let Some(position) = primitive
+            .pointer("/attributes/POSITION")
+            .and_then(Value::as_u64)
+        else {
+            out.primitives.push(Primitive {
+                positions: vec![],
+                targets: vec![],
+                influences: vec![],
+                influences_per_vertex: 0,
+            });
             continue;
         };
         let (layout, values) = accessors::read_f32(asset, position as usize)?;
@@ -166,12 +208,20 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
         }
         let count = layout.count;
         let mut targets = Vec::new();
-        for target in primitive.get("targets").and_then(Value::as_array).into_iter().flatten() {
+        for target in primitive
+            .get("targets")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             match target.get("POSITION").and_then(Value::as_u64) {
                 Some(a) => {
                     let (l, d) = accessors::read_f32(asset, a as usize)?;
                     if l.components != 3 || l.count != count {
-                        return Err(invalid(&what, "morph target POSITION does not match POSITION"));
+                        return Err(invalid(
+                            &what,
+                            "morph target POSITION does not match POSITION",
+                        ));
                     }
                     targets.push(vec3s(&d));
                 }
@@ -182,13 +232,22 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
         // Every JOINTS_n/WEIGHTS_n set, four influences each.
         let mut sets = Vec::new();
         for set in 0.. {
-            let joints = primitive.pointer(&format!("/attributes/JOINTS_{set}")).and_then(Value::as_u64);
-            let weights = primitive.pointer(&format!("/attributes/WEIGHTS_{set}")).and_then(Value::as_u64);
-            let (Some(j), Some(w)) = (joints, weights) else { break };
+            let joints = primitive
+                .pointer(&format!("/attributes/JOINTS_{set}"))
+                .and_then(Value::as_u64);
+            let weights = primitive
+                .pointer(&format!("/attributes/WEIGHTS_{set}"))
+                .and_then(Value::as_u64);
+            let (Some(j), Some(w)) = (joints, weights) else {
+                break;
+            };
             let (jl, jv) = accessors::read_f32(asset, j as usize)?;
             let (wl, wv) = accessors::read_f32(asset, w as usize)?;
             if jl.components != 4 || wl.components != 4 || jl.count != count || wl.count != count {
-                return Err(invalid(&what, format!("JOINTS_{set}/WEIGHTS_{set} are not VEC4 per vertex")));
+                return Err(invalid(
+                    &what,
+                    format!("JOINTS_{set}/WEIGHTS_{set} are not VEC4 per vertex"),
+                ));
             }
             sets.push((jv, wv, wl.component_type == accessors::FLOAT));
         }
@@ -208,7 +267,12 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
                 influences[start..].iter_mut().for_each(|i| i.1 /= sum);
             }
         }
-        out.primitives.push(Primitive { positions: vec3s(&values), targets, influences, influences_per_vertex: per_vertex });
+        out.primitives.push(Primitive {
+            positions: vec3s(&values),
+            targets,
+            influences,
+            influences_per_vertex: per_vertex,
+        });
     }
     Ok(out)
 }
@@ -223,10 +287,21 @@ impl Rig {
         }
         let count = nodes.len();
         for (n, node) in asset.array("nodes").iter().enumerate() {
-            for child in node.get("children").and_then(Value::as_array).into_iter().flatten() {
-                let c = child.as_u64().map(|c| c as usize).filter(|&c| c < count && c != n);
+            for child in node
+                .get("children")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let c = child
+                    .as_u64()
+                    .map(|c| c as usize)
+                    .filter(|&c| c < count && c != n);
                 let Some(c) = c else {
-                    return Err(invalid(format!("nodes[{n}]"), format!("child {child} does not exist")));
+                    return Err(invalid(
+                        format!("nodes[{n}]"),
+                        format!("child {child} does not exist"),
+                    ));
                 };
                 if nodes[c].parent.is_some() {
                     return Err(invalid(format!("nodes[{c}]"), "has more than one parent"));
@@ -255,10 +330,19 @@ impl Rig {
         let mut stack: Vec<usize> = roots.into_iter().rev().collect();
         while let Some(n) = stack.pop() {
             if std::mem::replace(&mut seen[n], true) {
-                return Err(invalid(format!("nodes[{n}]"), "appears twice in the scene hierarchy"));
+                return Err(invalid(
+                    format!("nodes[{n}]"),
+                    "appears twice in the scene hierarchy",
+                ));
             }
             order.push(n);
-            for child in asset.array("nodes")[n].get("children").and_then(Value::as_array).into_iter().flatten().rev() {
+            for child in asset.array("nodes")[n]
+                .get("children")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .rev()
+            {
                 stack.push(child.as_u64().unwrap_or(0) as usize);
             }
         }
@@ -281,19 +365,29 @@ impl Rig {
                 Some(a) => {
                     let (l, v) = accessors::read_f32(asset, a as usize)?;
                     if l.components != 16 || l.count < joints.len() {
-                        return Err(invalid(&what, "inverseBindMatrices is not one MAT4 per joint"));
+                        return Err(invalid(
+                            &what,
+                            "inverseBindMatrices is not one MAT4 per joint",
+                        ));
                     }
                     v.chunks_exact(16)
-                        .map(|m| DMat4::from_cols_slice(&m.iter().map(|&x| x as f64).collect::<Vec<_>>()))
+                        .map(|m| {
+                            DMat4::from_cols_slice(&m.iter().map(|&x| x as f64).collect::<Vec<_>>())
+                        })
                         .collect()
                 }
                 None => vec![DMat4::IDENTITY; joints.len()],
             };
-            skins.push(Skin { joints, inverse_binds });
+            skins.push(Skin {
+                joints,
+                inverse_binds,
+            });
         }
         for (n, node) in nodes.iter_mut().enumerate() {
             if let Some(m) = node.mesh {
-                let mesh = meshes.get(m).ok_or_else(|| invalid(format!("nodes[{n}]"), "mesh does not exist"))?;
+                let mesh = meshes
+                    .get(m)
+                    .ok_or_else(|| invalid(format!("nodes[{n}]"), "mesh does not exist"))?;
                 if node.weights.len() != mesh.targets {
                     node.weights = asset.array("meshes")[m]
                         .get("weights")
@@ -310,29 +404,72 @@ impl Rig {
             }
         }
         for (n, node) in nodes.iter().enumerate() {
-            let (Some(m), Some(s)) = (node.mesh, node.skin) else { continue };
+            let (Some(m), Some(s)) = (node.mesh, node.skin) else {
+                continue;
+            };
             let joints = skins[s].joints.len();
-            let bad = meshes[m].primitives.iter().flat_map(|p| &p.influences).any(|i| i.1 != 0.0 && i.0 as usize >= joints);
+            let bad = meshes[m]
+                .primitives
+                .iter()
+                .flat_map(|p| &p.influences)
+                .any(|i| i.1 != 0.0 && i.0 as usize >= joints);
             if bad {
-                return Err(invalid(format!("nodes[{n}]"), format!("a vertex names a joint that skin {s} does not have")));
+                return Err(invalid(
+                    format!("nodes[{n}]"),
+                    format!("a vertex names a joint that skin {s} does not have"),
+                ));
             }
         }
         let mesh_nodes: Vec<usize> = {
-            let mut v: Vec<usize> = order.iter().copied().filter(|&n| nodes[n].mesh.is_some()).collect();
+            let mut v: Vec<usize> = order
+                .iter()
+                .copied()
+                .filter(|&n| nodes[n].mesh.is_some())
+                .collect();
             v.sort_unstable();
             v
         };
-        let mut rig = Rig { nodes, order, meshes, skins, mesh_nodes, shell_nodes: vec![], reach: vec![0.0; count], diagonal: 0.0, shell: 0.0 };
+        let mut rig = Rig {
+            nodes,
+            order,
+            meshes,
+            skins,
+            mesh_nodes,
+            shell_nodes: vec![],
+            reach: vec![0.0; count],
+            diagonal: 0.0,
+            shell: 0.0,
+        };
         let rest = rig.rest_pose();
         let mut points = Vec::new();
         rig.points(&rest, &mut points);
-        let (lo, hi) = points.iter().fold((DVec3::INFINITY, DVec3::NEG_INFINITY), |(lo, hi), p| (lo.min(*p), hi.max(*p)));
-        rig.diagonal = if points.is_empty() { 0.0 } else { (hi - lo).length() };
+        let (lo, hi) = points
+            .iter()
+            .fold((DVec3::INFINITY, DVec3::NEG_INFINITY), |(lo, hi), p| {
+                (lo.min(*p), hi.max(*p))
+            });
+        rig.diagonal = if points.is_empty() {
+            0.0
+        } else {
+            (hi - lo).length()
+        };
         if !(rig.diagonal > 0.0) {
             // No geometry: measure the skeleton's own extent instead.
-            let origins: Vec<DVec3> = rig.order.iter().map(|&n| rest.world[n].w_axis.truncate()).collect();
-            let (lo, hi) = origins.iter().fold((DVec3::INFINITY, DVec3::NEG_INFINITY), |(lo, hi), p| (lo.min(*p), hi.max(*p)));
-            rig.diagonal = if origins.is_empty() { 1.0 } else { (hi - lo).length().max(1e-6) };
+            let origins: Vec<DVec3> = rig
+                .order
+                .iter()
+                .map(|&n| rest.world[n].w_axis.truncate())
+                .collect();
+            let (lo, hi) = origins
+                .iter()
+                .fold((DVec3::INFINITY, DVec3::NEG_INFINITY), |(lo, hi), p| {
+                    (lo.min(*p), hi.max(*p))
+                });
+            rig.diagonal = if origins.is_empty() {
+                1.0
+            } else {
+                (hi - lo).length().max(1e-6)
+            };
         }
         rig.shell = shell * rig.diagonal;
         rig.measure_reach(&rest);
@@ -365,7 +502,8 @@ impl Rig {
                                 }
                                 let joint = skin.joints[slot as usize];
                                 let ibm = skin.inverse_binds[slot as usize];
-                                let local = ibm.transform_point3(base).length() + extent * matrix_norm(&ibm);
+                                let local = ibm.transform_point3(base).length()
+                                    + extent * matrix_norm(&ibm);
                                 owns[joint] = true;
                                 self.reach[joint] = self.reach[joint].max(local);
                             }
@@ -381,7 +519,12 @@ impl Rig {
                 subtree[p] |= subtree[n];
             }
         }
-        self.shell_nodes = self.order.iter().copied().filter(|&n| !subtree[n]).collect();
+        self.shell_nodes = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&n| !subtree[n])
+            .collect();
         self.shell_nodes.sort_unstable();
         for &n in &self.shell_nodes {
             self.reach[n] = self.shell / world_scale(&rest.world[n]).max(1e-12);
@@ -437,7 +580,12 @@ impl Rig {
             if let Some(s) = node.skin {
                 let skin = &self.skins[s];
                 joint_matrices.clear();
-                joint_matrices.extend(skin.joints.iter().zip(&skin.inverse_binds).map(|(&j, ibm)| pose.world[j] * *ibm));
+                joint_matrices.extend(
+                    skin.joints
+                        .iter()
+                        .zip(&skin.inverse_binds)
+                        .map(|(&j, ibm)| pose.world[j] * *ibm),
+                );
             }
             for p in &mesh.primitives {
                 for (v, &base) in p.positions.iter().enumerate() {
@@ -455,7 +603,8 @@ impl Rig {
                             let mut sum = DVec3::ZERO;
                             for &(slot, w) in &p.influences[v * per..(v + 1) * per] {
                                 if w != 0.0 {
-                                    sum += joint_matrices[slot as usize].transform_point3(local) * w as f64;
+                                    sum += joint_matrices[slot as usize].transform_point3(local)
+                                        * w as f64;
                                 }
                             }
                             sum
@@ -478,29 +627,25 @@ impl Rig {
 
 /// Sets one animated property of node `n` from sampled values.
 pub fn apply(pose: &mut Pose, n: usize, path: Path, v: &[f64]) {
-    let local = &mut pose.local[n];
-    match path {
-        Path::Translation => local.translation = DVec3::new(v[0], v[1], v[2]),
-        Path::Scale => local.scale = DVec3::new(v[0], v[1], v[2]),
-        // Not renormalised: three.js uses keys as stored.
-        Path::Rotation => local.rotation = DQuat::from_xyzw(v[0], v[1], v[2], v[3]),
-        Path::Weights => {
-            let w = &mut pose.weights[n];
-            for (i, x) in v.iter().enumerate() {
-                if let Some(slot) = w.get_mut(i) {
-                    *slot = *x;
-                }
-            }
+    if path == Path::Weights {
+        for (slot, x) in pose.weights[n].iter_mut().zip(v) {
+            *slot = *x;
         }
+    } else {
+        pose.local[n] = pose.local[n].with(path, v);
     }
 }
 
 /// Frobenius norm of the linear (3×3) part: an upper bound of how far it moves a unit vector.
 pub fn matrix_norm(m: &DMat4) -> f64 {
-    (m.x_axis.truncate().length_squared() + m.y_axis.truncate().length_squared() + m.z_axis.truncate().length_squared()).sqrt()
+    (m.x_axis.truncate().length_squared()
+        + m.y_axis.truncate().length_squared()
+        + m.z_axis.truncate().length_squared())
+    .sqrt()
 }
 
 /// Mean length of the axes of the linear part: the node's size factor in model units.
 pub fn world_scale(m: &DMat4) -> f64 {
-    (m.x_axis.truncate().length() + m.y_axis.truncate().length() + m.z_axis.truncate().length()) / 3.0
+    (m.x_axis.truncate().length() + m.y_axis.truncate().length() + m.z_axis.truncate().length())
+        / 3.0
 }

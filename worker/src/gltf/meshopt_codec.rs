@@ -130,6 +130,74 @@ pub fn decode_view(ext: &Value, source: &[u8], what: &str) -> Result<Vec<u8>, Gl
     Ok(out)
 }
 
+/// How the `meshopt` variant compresses one buffer view.
+#[derive(Debug, Clone)]
+pub struct ViewCodec {
+    /// `ATTRIBUTES`, `TRIANGLES` or `INDICES`.
+    pub mode: &'static str,
+    /// `NONE`, `OCTAHEDRAL`, `QUATERNION`, `EXPONENTIAL` or `COLOR`.
+    pub filter: &'static str,
+    /// Filter-encoded bytes to compress instead of the view's plain bytes (same layout).
+    pub filtered: Option<Vec<u8>>,
+    /// Element size, for views that (being no vertex attribute) carry no `byteStride`.
+    pub stride: Option<usize>,
+}
+
+/// Exponential-filter encoding of float data (`components` per element, `bits` of mantissa,
+/// 1–24): the filter input, and what a decoder reconstructs from it (plain floats).
+pub fn exp_filter(
+    values: &[f32],
+    components: usize,
+    bits: u32,
+    shared_component: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let components = components.max(1);
+    let count = values.len() / components;
+    let stride = components * 4;
+    let mut filtered = vec![0u8; count * stride];
+    let mode = if shared_component {
+        meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpSharedComponent
+    } else {
+        meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpSeparate
+    };
+    // SAFETY: `filtered` holds count × stride bytes; `values` count × components floats.
+    unsafe {
+        meshopt::ffi::meshopt_encodeFilterExp(
+            filtered.as_mut_ptr().cast(),
+            count,
+            stride,
+            bits.clamp(1, 24) as i32,
+            values.as_ptr(),
+            mode,
+        );
+    }
+    let mut decoded = filtered.clone();
+    // SAFETY: as above.
+    unsafe { meshopt::ffi::meshopt_decodeFilterExp(decoded.as_mut_ptr().cast(), count, stride) };
+    (filtered, decoded)
+}
+
+/// Quaternion-filter encoding of unit quaternions (4 floats each, `bits` 4–16): the filter
+/// input, and the decoded normalised 16-bit quaternions (8 bytes each).
+pub fn quat_filter(quaternions: &[f32], bits: u32) -> (Vec<u8>, Vec<u8>) {
+    let count = quaternions.len() / 4;
+    let mut filtered = vec![0u8; count * 8];
+    // SAFETY: `filtered` holds count × 8 bytes; the input count × 4 floats.
+    unsafe {
+        meshopt::ffi::meshopt_encodeFilterQuat(
+            filtered.as_mut_ptr().cast(),
+            count,
+            8,
+            bits.clamp(4, 16) as i32,
+            quaternions.as_ptr(),
+        );
+    }
+    let mut decoded = filtered.clone();
+    // SAFETY: as above.
+    unsafe { meshopt::ffi::meshopt_decodeFilterQuat(decoded.as_mut_ptr().cast(), count, 8) };
+    (filtered, decoded)
+}
+
 /// Encodes an attribute stream (`stride` bytes per element) in ATTRIBUTES mode.
 pub fn encode_attributes(data: &[u8], stride: usize, level: i32, version: i32) -> Vec<u8> {
     assert!(

@@ -25,8 +25,10 @@ use crate::gltf::accessors::{
     self, ARRAY_BUFFER, BYTE, ELEMENT_ARRAY_BUFFER, FLOAT, Layout, SHORT, UNSIGNED_BYTE,
     UNSIGNED_INT, UNSIGNED_SHORT, push_accessor, push_view,
 };
+use crate::gltf::meshopt_codec::ViewCodec;
 use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
+use super::animation::{AnimationOptions, AnimationReport, compress_animations};
 use super::inventory::{FileKind, Inventory, InventoryEntry};
 use super::{FileTree, TreeFile};
 
@@ -65,6 +67,9 @@ pub struct GeometryOptions {
     pub vertex_level: i32,
     /// Use sparse accessors for morph targets where that is smaller.
     pub sparse_morph_targets: bool,
+    /// Animation compression (the `animation` stage) for both variants; `None` carries
+    /// animations through untouched.
+    pub animation: Option<AnimationOptions>,
 }
 
 impl Default for GeometryOptions {
@@ -79,6 +84,7 @@ impl Default for GeometryOptions {
             codec: MeshoptCodec::Ext,
             vertex_level: 2,
             sparse_morph_targets: true,
+            animation: Some(AnimationOptions::default()),
         }
     }
 }
@@ -125,6 +131,9 @@ pub struct ModelReport {
     pub max_normal_error_degrees_meshopt: f64,
     pub sparse_targets: u64,
     pub dropped_zero_targets: u64,
+    /// What the animation stage did (models with animations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub animation: Option<AnimationReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
@@ -183,11 +192,23 @@ pub fn optimize_model(
             return Err(ModelError::Unsupported(name.to_string()));
         }
     }
-    let mut asset = source.clone();
     let mut report = ModelReport {
         bytes_before: bytes.len() as u64,
         ..ModelReport::default()
     };
+    let mut codecs: HashMap<usize, ViewCodec> = HashMap::new();
+    // Animations first, on the source's own geometry (the metric's vertices); the geometry
+    // below carries the new animation data through.
+    let source = match &options.animation {
+        Some(animation) if !source.array("animations").is_empty() => {
+            let compressed = compress_animations(&source, animation)?;
+            codecs.extend(compressed.codecs);
+            report.animation = Some(compressed.report);
+            compressed.asset
+        }
+        _ => source,
+    };
+    let mut asset = source.clone();
     let grid = position_grid(&source, options.position_bits)?;
     // Integer UVs with the scale in KHR_texture_transform, per material; variants of a
     // material (KHR_materials_variants) would need one grid for several: normalised UVs there.
@@ -196,7 +217,6 @@ pub fn optimize_model(
     } else {
         uv_grids(&source)?
     };
-    let mut codecs: HashMap<usize, ViewCodec> = HashMap::new();
     let mut sq_error = 0f64;
     let mut normal_error = (0f64, 0f64);
 
@@ -260,15 +280,6 @@ pub fn optimize_model(
         meshopt,
         report,
     })
-}
-
-/// How the `meshopt` variant compresses one view.
-#[derive(Debug, Clone)]
-struct ViewCodec {
-    mode: &'static str,
-    filter: &'static str,
-    /// Filter-encoded bytes to compress instead of the view's plain bytes (same layout).
-    filtered: Option<Vec<u8>>,
 }
 
 /// One quantization grid for all positions of a file: `real = offset + scale × q`.
@@ -736,6 +747,7 @@ fn process_primitive(
                 mode: "ATTRIBUTES",
                 filter: encoded.filter,
                 filtered,
+                stride: None,
             },
         );
         attrs.insert(stream.name.clone(), json!(index));
@@ -792,6 +804,7 @@ fn process_primitive(
                 mode: if mode == 4 { "TRIANGLES" } else { "INDICES" },
                 filter: "NONE",
                 filtered: None,
+                stride: None,
             },
         );
         out["indices"] = json!(index);
@@ -1323,23 +1336,10 @@ fn color_filter(rgba: &[[f32; 4]], bits: u32, stride: usize) -> Vec<u8> {
     out
 }
 
-/// Exponential-filter input for float data in the meshopt variant.
+/// Exponential-filter input for float data in the meshopt variant (24-bit mantissa: lossless
+/// enough for geometry that stays float).
 fn exp_filter(values: &[f32], components: usize) -> Vec<u8> {
-    let count = values.len() / components.max(1);
-    let stride = components * 4;
-    let mut out = vec![0u8; values.len() * 4];
-    // SAFETY: `out` holds count × stride bytes; `values` count × components floats.
-    unsafe {
-        meshopt::ffi::meshopt_encodeFilterExp(
-            out.as_mut_ptr().cast(),
-            count,
-            stride,
-            24,
-            values.as_ptr(),
-            meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpSeparate,
-        );
-    }
-    out
+    meshopt_codec::exp_filter(values, components, 24, false).0
 }
 
 enum TargetKind {
@@ -1486,6 +1486,7 @@ fn encode_target(
             mode: "ATTRIBUTES",
             filter: "NONE",
             filtered: None,
+            stride: None,
         },
     );
     Ok((push_accessor(asset, accessor), TargetKind::Dense))
@@ -1504,6 +1505,7 @@ fn dense_float_target(
             mode: "ATTRIBUTES",
             filter: "EXPONENTIAL",
             filtered: Some(exp_filter(deltas, n)),
+            stride: None,
         },
     );
     push_accessor(
@@ -1750,7 +1752,7 @@ fn remove_extension(json: &mut Value, name: &str) {
 
 /// Drops accessors and views nothing refers to any more (the source's geometry), renumbering
 /// every reference. Returns the codec table under the new view numbers.
-fn collect_garbage(
+pub(crate) fn collect_garbage(
     asset: &mut Asset,
     codecs: HashMap<usize, ViewCodec>,
 ) -> HashMap<usize, ViewCodec> {
@@ -1916,7 +1918,7 @@ fn set_array(json: &mut Value, name: &str, items: Vec<Value>) {
 }
 
 /// The `meshopt` variant: geometry views compressed, everything else as in `quantized`.
-fn write_meshopt(
+pub(crate) fn write_meshopt(
     asset: &Asset,
     codecs: &HashMap<usize, ViewCodec>,
     options: &GeometryOptions,
@@ -1939,7 +1941,8 @@ fn write_meshopt(
         let stride = object
             .get("byteStride")
             .and_then(Value::as_u64)
-            .map(|s| s as usize);
+            .map(|s| s as usize)
+            .or(codec.and_then(|c| c.stride));
         let compressed = codec.and_then(|codec| {
             let count_of = |s: usize| data.len() / s;
             match codec.mode {

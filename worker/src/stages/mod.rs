@@ -5,6 +5,7 @@
 //! Stages never touch the database, the object store or the async runtime: the job layer
 //! (`job.rs`) loads inputs, calls them (via `pipeline.rs`) and stores their outputs.
 
+pub mod animation;
 pub mod encode;
 pub mod geometry;
 pub mod inventory;

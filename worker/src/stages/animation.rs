@@ -1,0 +1,1063 @@
+//! Stage `animation`: smaller glTF animations with a guaranteed error bound where players see
+//! it — on every vertex, through the whole joint hierarchy (the metric in
+//! `animation::metric`), never per channel.
+//!
+//! Per clip (seed 001, Game Engine Architecture 13.8; ACL's error model):
+//! 1. candidates: CUBICSPLINE channels are resampled to LINEAR at the metric's sample times
+//!    (kept as CUBICSPLINE when that is not smaller), rotations get continuous signs, values
+//!    are quantized exactly as the meshopt variant will store them (QUATERNION filter for
+//!    rotations, EXPONENTIAL for translation/scale/weights) so quantization error counts;
+//! 2. channel omission: a channel that stays within tolerance of the node's rest value is
+//!    dropped, a constant one keeps one key;
+//! 3. keyframe reduction: keys are removed greedily while every node the channel moves (its
+//!    own and all descendants', by virtual vertices at each node's reach) stays within the
+//!    tolerance — ancestors' error counts in every descendant;
+//! 4. verification with the exact metric (every vertex, every sample); where a sample fails,
+//!    the keys around it are put back until every sample is within tolerance.
+//!
+//! Identical time arrays are stored once. STEP stays STEP; clip durations never change.
+
+use std::collections::HashMap;
+
+use glam::DMat4;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::animation::clip::{Channel, Clip, Interpolation, Path, slerp};
+use crate::animation::metric::{self, MetricOptions, read_clips, sample_times};
+use crate::animation::rig::{Local, Pose, Rig, matrix_norm};
+use crate::gltf::accessors::{self, FLOAT, SHORT, push_accessor, push_view};
+use crate::gltf::meshopt_codec::{self, ViewCodec};
+use crate::gltf::{Asset, GltfError};
+
+pub const NAME: &str = "animation";
+
+/// The error allowed, where players see it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tolerance {
+    /// Relative to the model's rest bounding-box diagonal.
+    Relative(f64),
+    /// In model units.
+    Absolute(f64),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnimationOptions {
+    pub tolerance: Tolerance,
+    /// QUATERNION filter bits (4–16).
+    pub rotation_bits: u32,
+    /// EXPONENTIAL filter mantissa bits (1–24) for translations and scales.
+    pub translation_bits: u32,
+    pub scale_bits: u32,
+    /// EXPONENTIAL filter mantissa bits for morph weights.
+    pub weight_bits: u32,
+    pub metric: MetricOptions,
+}
+
+impl Default for AnimationOptions {
+    fn default() -> Self {
+        Self {
+            // 0.1 mm on a 2 m character: ACL's 0.01 cm order.
+            tolerance: Tolerance::Relative(5e-5),
+            rotation_bits: 16,
+            translation_bits: 16,
+            scale_bits: 16,
+            weight_bits: 12,
+            metric: MetricOptions::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct ClipReport {
+    pub name: String,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub keys_before: u64,
+    pub keys_after: u64,
+    pub channels_before: u64,
+    pub channels_dropped: u64,
+    /// Channels kept at full float precision because quantization alone used up the budget.
+    pub channels_float: u64,
+    /// Measured with the exact metric (every vertex, every sample), in model units.
+    pub max_error: f64,
+    pub max_error_relative: f64,
+    pub p99_error: f64,
+    pub samples: u64,
+    pub duration: f64,
+    /// The source's first and last pose are within tolerance of each other, and so are the
+    /// output's (`None` when the source clip does not loop).
+    pub loop_seamless: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct AnimationReport {
+    /// Tolerance in model units.
+    pub tolerance: f64,
+    pub diagonal: f64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub clips: Vec<ClipReport>,
+}
+
+/// The model with its animations rewritten, and how the meshopt variant compresses the new
+/// views.
+#[derive(Debug, Clone)]
+pub struct CompressedAnimations {
+    pub asset: Asset,
+    pub codecs: HashMap<usize, ViewCodec>,
+    pub report: AnimationReport,
+}
+
+/// Compresses every animation of `source`. Models without animations come back unchanged.
+pub fn compress_animations(
+    source: &Asset,
+    options: &AnimationOptions,
+) -> Result<CompressedAnimations, GltfError> {
+    let mut asset = source.clone();
+    let mut codecs = HashMap::new();
+    let clips = read_clips(source)?;
+    if clips.is_empty() {
+        return Ok(CompressedAnimations {
+            asset,
+            codecs,
+            report: AnimationReport::default(),
+        });
+    }
+    let rig = Rig::read(source, options.metric.shell)?;
+    let tolerance = match options.tolerance {
+        Tolerance::Relative(r) => r * rig.diagonal,
+        Tolerance::Absolute(a) => a,
+    };
+    let mut report = AnimationReport {
+        tolerance,
+        diagonal: rig.diagonal,
+        ..Default::default()
+    };
+    let mut writer = Writer {
+        times: HashMap::new(),
+        codecs: &mut codecs,
+    };
+    for (index, clip) in clips.iter().enumerate() {
+        let (works, mut clip_report) = compress_clip(&rig, clip, tolerance, options);
+        clip_report.bytes_before = clip_bytes(source, index);
+        clip_report.bytes_after = writer.write_clip(&mut asset, index, &works);
+        report.bytes_before += clip_report.bytes_before;
+        report.bytes_after += clip_report.bytes_after;
+        report.clips.push(clip_report);
+    }
+    Ok(CompressedAnimations {
+        asset,
+        codecs,
+        report,
+    })
+}
+
+/// The animation stage alone on a model file (geometry untouched, vertices in source order):
+/// the plain variant and the meshopt one. For judging the stage by itself (three.js compares
+/// vertices one to one) and for the benchmark.
+pub fn animation_only_variants(
+    bytes: &[u8],
+    resources: &dyn crate::gltf::Resources,
+    options: &AnimationOptions,
+    codec: super::geometry::MeshoptCodec,
+) -> Result<(Vec<u8>, Vec<u8>, AnimationReport), GltfError> {
+    let source = Asset::read(bytes, resources)?;
+    let CompressedAnimations {
+        mut asset,
+        codecs,
+        report,
+    } = compress_animations(&source, options)?;
+    let codecs = super::geometry::collect_garbage(&mut asset, codecs);
+    let geometry = super::geometry::GeometryOptions {
+        codec,
+        ..Default::default()
+    };
+    let meshopt = super::geometry::write_meshopt(&asset, &codecs, &geometry);
+    Ok((asset.to_glb(), meshopt, report))
+}
+
+/// A channel being compressed: candidate keys (quantized) and which of them are kept.
+#[derive(Debug, Clone)]
+struct Work {
+    node: usize,
+    path: Path,
+    interpolation: Interpolation,
+    width: usize,
+    times: Vec<f32>,
+    /// Candidate values as a decoder will see them.
+    values: Vec<f32>,
+    /// Filter input per candidate key (the meshopt variant compresses these bytes).
+    filtered: Option<Vec<u8>>,
+    quantized: Quantized,
+    /// Indices of kept candidate keys, ascending.
+    kept: Vec<usize>,
+    dropped: bool,
+    /// CUBICSPLINE source kept as it is (its LINEAR resampling was not smaller).
+    cubic: Option<Channel>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Quantized {
+    Quaternion(u32),
+    Exponential(u32),
+    Float,
+}
+
+impl Work {
+    fn value(&self, k: usize) -> &[f32] {
+        &self.values[k * self.width..(k + 1) * self.width]
+    }
+
+    /// The channel as kept now (`None` when dropped).
+    fn channel(&self) -> Option<Channel> {
+        if self.dropped {
+            return None;
+        }
+        if let Some(c) = &self.cubic {
+            return Some(c.clone());
+        }
+        Some(Channel {
+            node: self.node,
+            path: self.path,
+            interpolation: self.interpolation,
+            times: self.kept.iter().map(|&k| self.times[k]).collect(),
+            values: self
+                .kept
+                .iter()
+                .flat_map(|&k| self.value(k).to_vec())
+                .collect(),
+            width: self.width,
+        })
+    }
+
+    /// Filter input of the kept keys.
+    fn kept_filtered(&self) -> Option<Vec<u8>> {
+        let bytes = self.filtered.as_ref()?;
+        let per_key = bytes.len() / self.times.len().max(1);
+        Some(
+            self.kept
+                .iter()
+                .flat_map(|&k| bytes[k * per_key..(k + 1) * per_key].to_vec())
+                .collect(),
+        )
+    }
+
+    /// Back to every candidate key, stored at full precision.
+    fn to_float(&mut self, source: &Channel) {
+        if self.cubic.is_some() || self.quantized == Quantized::Float {
+            return;
+        }
+        self.values = raw_values(source, self.path, self.width, &self.times);
+        self.filtered = None;
+        self.quantized = Quantized::Float;
+    }
+}
+
+/// The value at `t` between keys `(ta, va)` and `(tb, vb)`.
+fn between(
+    interpolation: Interpolation,
+    path: Path,
+    (ta, va): (f64, &[f32]),
+    (tb, vb): (f64, &[f32]),
+    t: f64,
+    out: &mut [f64],
+) {
+    if interpolation == Interpolation::Step || t >= tb {
+        let v = if t >= tb { vb } else { va };
+        for (o, &x) in out.iter_mut().zip(v) {
+            *o = x as f64;
+        }
+        return;
+    }
+    let u = ((t - ta) / (tb - ta)).clamp(0.0, 1.0);
+    if path == Path::Rotation {
+        slerp(va, vb, u, out);
+    } else {
+        for (c, o) in out.iter_mut().enumerate() {
+            *o = va[c] as f64 * (1.0 - u) + vb[c] as f64 * u;
+        }
+    }
+}
+
+/// Reference and current state of a clip at every sample time.
+struct State<'a> {
+    rig: &'a Rig,
+    times: Vec<f64>,
+    reference: Vec<Vec<DMat4>>,
+    reference_weights: Vec<Vec<Vec<f64>>>,
+    local: Vec<Vec<Local>>,
+    world: Vec<Vec<DMat4>>,
+    weights: Vec<Vec<Vec<f64>>>,
+    /// Per node: it and its descendants, parents first.
+    subtree: Vec<Vec<usize>>,
+    /// Per node and morph target: largest model-space displacement at full weight.
+    morph_gain: Vec<Vec<f64>>,
+    scratch: Vec<DMat4>,
+}
+
+impl<'a> State<'a> {
+    fn new(rig: &'a Rig, clip: &Clip, times: Vec<f64>) -> Self {
+        let mut pose = rig.rest_pose();
+        let mut reference = Vec::with_capacity(times.len());
+        let mut reference_weights = Vec::with_capacity(times.len());
+        let mut local = Vec::with_capacity(times.len());
+        for &t in &times {
+            rig.pose_at(clip, t, &mut pose);
+            reference.push(pose.world.clone());
+            reference_weights.push(pose.weights.clone());
+            local.push(pose.local.clone());
+        }
+        let count = rig.nodes.len();
+        let mut subtree = vec![Vec::new(); count];
+        for &n in &rig.order {
+            let mut at = Some(n);
+            while let Some(a) = at {
+                subtree[a].push(n);
+                at = rig.nodes[a].parent;
+            }
+        }
+        let rest = rig.rest_pose();
+        let morph_gain = (0..count).map(|n| morph_gain(rig, &rest, n)).collect();
+        Self {
+            rig,
+            world: reference.clone(),
+            weights: reference_weights.clone(),
+            reference,
+            reference_weights,
+            local,
+            subtree,
+            morph_gain,
+            scratch: vec![DMat4::IDENTITY; count],
+            times,
+        }
+    }
+
+    /// Largest error of the virtual vertices of `n`'s subtree at sample `s` if `n` had the
+    /// local transform `local` (the rest of the pose as it is now), leaving the subtree's
+    /// world matrices in the scratch space. Stops early past `limit`.
+    fn subtree_error(&mut self, s: usize, n: usize, local: &Local, limit: f64) -> f64 {
+        let rig = self.rig;
+        let mut worst: f64 = 0.0;
+        for (i, &m) in self.subtree[n].iter().enumerate() {
+            let node = &rig.nodes[m];
+            let matrix = node.matrix.unwrap_or_else(|| {
+                if i == 0 {
+                    local.matrix()
+                } else {
+                    self.local[s][m].matrix()
+                }
+            });
+            let parent = match node.parent {
+                Some(p) if i > 0 => self.scratch[p],
+                Some(p) => self.world[s][p],
+                None => DMat4::IDENTITY,
+            };
+            let world = parent * matrix;
+            self.scratch[m] = world;
+            let reach = rig.reach[m];
+            if reach > 0.0 {
+                worst = worst.max(point_error(&self.reference[s][m], &world, reach));
+                if worst > limit {
+                    return worst;
+                }
+            }
+        }
+        worst
+    }
+
+    /// Commits `local` as node `n`'s transform at sample `s`.
+    fn commit(&mut self, s: usize, n: usize, local: Local) {
+        self.subtree_error(s, n, &local, f64::INFINITY);
+        self.local[s][n] = local;
+        for &m in &self.subtree[n] {
+            self.world[s][m] = self.scratch[m];
+        }
+    }
+
+    fn weight_error(&self, s: usize, n: usize, w: &[f64]) -> f64 {
+        let reference = &self.reference_weights[s][n];
+        self.morph_gain[n]
+            .iter()
+            .enumerate()
+            .map(|(k, g)| {
+                g * (w.get(k).copied().unwrap_or(0.0) - reference.get(k).copied().unwrap_or(0.0))
+                    .abs()
+            })
+            .sum()
+    }
+
+    /// Sets a channel's value at every sample (after its keys changed wholesale).
+    fn set_channel(&mut self, work: &Work, rest: &[f64]) {
+        let mut buffer = vec![0.0; work.width];
+        let channel = work.channel();
+        for s in 0..self.times.len() {
+            match &channel {
+                Some(c) => c.sample(self.times[s], &mut buffer),
+                None => buffer.copy_from_slice(rest),
+            }
+            if work.path == Path::Weights {
+                for (slot, x) in self.weights[s][work.node].iter_mut().zip(&buffer) {
+                    *slot = *x;
+                }
+            } else {
+                self.local[s][work.node] = self.local[s][work.node].with(work.path, &buffer);
+            }
+        }
+    }
+
+    fn recompose(&mut self) {
+        let rig = self.rig;
+        for s in 0..self.times.len() {
+            let mut pose = Pose {
+                local: std::mem::take(&mut self.local[s]),
+                weights: vec![],
+                world: std::mem::take(&mut self.world[s]),
+            };
+            rig.compose(&mut pose);
+            self.local[s] = pose.local;
+            self.world[s] = pose.world;
+        }
+    }
+
+    /// Whether node `node`'s property `path`, valued `value_at(t)` over `samples`, keeps
+    /// every point it moves within `limit`; commits the values when `commit`.
+    fn try_values(
+        &mut self,
+        (node, path, width): (usize, Path, usize),
+        samples: std::ops::Range<usize>,
+        limit: f64,
+        commit: bool,
+        value_at: &dyn Fn(f64, &mut [f64]),
+    ) -> bool {
+        let mut buffer = vec![0.0; width];
+        if path == Path::Weights {
+            for s in samples.clone() {
+                value_at(self.times[s], &mut buffer);
+                if self.weight_error(s, node, &buffer) > limit {
+                    return false;
+                }
+            }
+            if commit {
+                for s in samples {
+                    value_at(self.times[s], &mut buffer);
+                    for (slot, x) in self.weights[s][node].iter_mut().zip(&buffer) {
+                        *slot = *x;
+                    }
+                }
+            }
+            return true;
+        }
+        let mut locals = Vec::with_capacity(samples.len());
+        for s in samples.clone() {
+            value_at(self.times[s], &mut buffer);
+            let local = self.local[s][node].with(path, &buffer);
+            if self.subtree_error(s, node, &local, limit) > limit {
+                return false;
+            }
+            locals.push(local);
+        }
+        if commit {
+            for (s, local) in samples.zip(locals) {
+                self.commit(s, node, local);
+            }
+        }
+        true
+    }
+}
+
+/// How far morph target `k` of node `n`'s mesh moves a vertex at full weight, in model units.
+fn morph_gain(rig: &Rig, rest: &Pose, n: usize) -> Vec<f64> {
+    let node = &rig.nodes[n];
+    let Some(m) = node.mesh else { return vec![] };
+    let linear = match node.skin {
+        None => matrix_norm(&rest.world[n]),
+        Some(s) => {
+            let skin = &rig.skins[s];
+            skin.joints
+                .iter()
+                .zip(&skin.inverse_binds)
+                .map(|(&j, ibm)| matrix_norm(&(rest.world[j] * *ibm)))
+                .fold(0.0, f64::max)
+        }
+    };
+    let mesh = &rig.meshes[m];
+    (0..mesh.targets)
+        .map(|k| {
+            let largest = mesh
+                .primitives
+                .iter()
+                .filter_map(|p| p.targets.get(k))
+                .flat_map(|t| t.iter().map(|d| d.length()))
+                .fold(0.0, f64::max);
+            largest * linear
+        })
+        .collect()
+}
+
+/// Error of the six virtual vertices at distance `reach` (local units) around a node whose
+/// world matrix should be `a` and is `b` (ACL's virtual vertices).
+fn point_error(a: &DMat4, b: &DMat4, reach: f64) -> f64 {
+    let dt = (a.w_axis - b.w_axis).truncate();
+    let mut worst = dt.length();
+    for axis in [
+        a.x_axis - b.x_axis,
+        a.y_axis - b.y_axis,
+        a.z_axis - b.z_axis,
+    ] {
+        let d = axis.truncate() * reach;
+        worst = worst.max((dt + d).length()).max((dt - d).length());
+    }
+    worst
+}
+
+fn rest_value(rig: &Rig, node: usize, path: Path) -> Vec<f64> {
+    let rest = &rig.nodes[node];
+    match path {
+        Path::Translation => rest.rest.translation.to_array().to_vec(),
+        Path::Scale => rest.rest.scale.to_array().to_vec(),
+        Path::Rotation => rest.rest.rotation.to_array().to_vec(),
+        Path::Weights => rest.weights.clone(),
+    }
+}
+
+/// The source channel's values at `times` in full precision, rotations sign-continuous
+/// (neighbouring keys never have a negative dot product).
+fn raw_values(source: &Channel, path: Path, width: usize, times: &[f32]) -> Vec<f32> {
+    let mut buffer = vec![0.0; width];
+    let mut out: Vec<f32> = Vec::with_capacity(times.len() * width);
+    let resample = source.interpolation == Interpolation::CubicSpline;
+    for (k, &t) in times.iter().enumerate() {
+        if resample {
+            source.sample(t as f64, &mut buffer);
+            out.extend(buffer.iter().map(|&x| x as f32));
+        } else {
+            out.extend_from_slice(source.key_value(k));
+        }
+        if path == Path::Rotation && k > 0 {
+            let (prev, cur) = out.split_at_mut(k * 4);
+            let dot: f32 = (0..4).map(|i| prev[(k - 1) * 4 + i] * cur[i]).sum();
+            if dot < 0.0 {
+                cur.iter_mut().for_each(|x| *x = -*x);
+            }
+        }
+    }
+    out
+}
+
+/// Builds the candidate keys of a source channel.
+fn candidate(channel: &Channel, times: &[f64], options: &AnimationOptions) -> Work {
+    let keys: Vec<f32> = if channel.interpolation == Interpolation::CubicSpline {
+        // Resampled at the metric's times within the channel's range.
+        let (first, last) = (
+            channel.times[0] as f64,
+            *channel.times.last().unwrap() as f64,
+        );
+        times
+            .iter()
+            .filter(|&&t| t >= first && t <= last)
+            .map(|&t| t as f32)
+            .collect()
+    } else {
+        channel.times.clone()
+    };
+    let width = channel.width;
+    let values = raw_values(channel, channel.path, width, &keys);
+    let quantized = match channel.path {
+        Path::Rotation => Quantized::Quaternion(options.rotation_bits),
+        Path::Translation => Quantized::Exponential(options.translation_bits),
+        Path::Scale => Quantized::Exponential(options.scale_bits),
+        // The EXPONENTIAL filter takes at most 64 floats per element.
+        Path::Weights if width <= 64 => Quantized::Exponential(options.weight_bits),
+        Path::Weights => Quantized::Float,
+    };
+    let (filtered, values) = quantize(&values, width, quantized);
+    Work {
+        node: channel.node,
+        path: channel.path,
+        interpolation: if channel.interpolation == Interpolation::Step {
+            Interpolation::Step
+        } else {
+            Interpolation::Linear
+        },
+        width,
+        kept: (0..keys.len()).collect(),
+        times: keys,
+        values,
+        filtered,
+        quantized,
+        dropped: false,
+        cubic: None,
+    }
+}
+
+/// Quantizes values as the meshopt variant stores them: (filter input, decoded floats).
+fn quantize(values: &[f32], width: usize, how: Quantized) -> (Option<Vec<u8>>, Vec<f32>) {
+    match how {
+        Quantized::Quaternion(bits) => {
+            let (filtered, decoded) = meshopt_codec::quat_filter(values, bits);
+            let floats = decoded
+                .chunks_exact(2)
+                .map(|b| (i16::from_le_bytes([b[0], b[1]]) as f32 / 32767.0).max(-1.0))
+                .collect();
+            (Some(filtered), floats)
+        }
+        Quantized::Exponential(bits) => {
+            let (filtered, decoded) = meshopt_codec::exp_filter(values, width, bits, true);
+            let floats = decoded
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            (Some(filtered), floats)
+        }
+        Quantized::Float => (None, values.to_vec()),
+    }
+}
+
+/// Samples strictly between times `a` and `b`.
+fn samples_between(times: &[f64], a: f64, b: f64) -> std::ops::Range<usize> {
+    let start = times.partition_point(|&t| t <= a);
+    let end = times.partition_point(|&t| t < b);
+    start..end.max(start)
+}
+
+/// Omission, then keyframe reduction, for one channel at error budget `limit`.
+fn reduce(state: &mut State, work: &mut Work, limit: f64, rest: &[f64]) {
+    if work.dropped || work.cubic.is_some() || work.kept.is_empty() {
+        return;
+    }
+    let target = (work.node, work.path, work.width);
+    let all = 0..state.times.len();
+    // Omission: the node's rest value everywhere.
+    if state.try_values(target, all.clone(), limit, true, &|_, out| {
+        out.copy_from_slice(rest)
+    }) {
+        work.dropped = true;
+        work.kept.clear();
+        return;
+    }
+    if work.kept.len() > 1 {
+        // Constant: the first key everywhere.
+        let first: Vec<f64> = work.value(work.kept[0]).iter().map(|&x| x as f64).collect();
+        if state.try_values(target, all, limit, true, &|_, out| {
+            out.copy_from_slice(&first)
+        }) {
+            work.kept.truncate(1);
+            return;
+        }
+    }
+    // Greedy removal, left to right; the end keys stay (durations and loops keep them).
+    let mut j = 1;
+    while j + 1 < work.kept.len() {
+        let (a, b) = (work.kept[j - 1], work.kept[j + 1]);
+        let key_a = (work.times[a] as f64, work.value(a));
+        let key_b = (work.times[b] as f64, work.value(b));
+        let range = samples_between(&state.times, key_a.0, key_b.0);
+        let (interpolation, path) = (work.interpolation, work.path);
+        if state.try_values(target, range, limit, true, &|t, out| {
+            between(interpolation, path, key_a, key_b, t, out)
+        }) {
+            work.kept.remove(j);
+        } else {
+            j += 1;
+        }
+    }
+}
+
+/// Per-sample largest error of the exact metric.
+fn sample_errors(rig: &Rig, source: &Clip, output: &Clip, times: &[f64]) -> Vec<f64> {
+    let mut a = rig.rest_pose();
+    let mut b = a.clone();
+    let (mut pa, mut pb) = (Vec::new(), Vec::new());
+    times
+        .iter()
+        .map(|&t| {
+            rig.pose_at(source, t, &mut a);
+            rig.pose_at(output, t, &mut b);
+            rig.points(&a, &mut pa);
+            rig.points(&b, &mut pb);
+            metric::max_distance(&pa, &pb)
+        })
+        .collect()
+}
+
+fn assemble(name: &str, works: &[Work]) -> Clip {
+    Clip {
+        name: name.to_string(),
+        channels: works.iter().filter_map(Work::channel).collect(),
+    }
+}
+
+/// Channels in hierarchy order (ancestors first: they spend their share before the nodes
+/// whose error they move).
+fn hierarchy_order(rig: &Rig, works: &[Work]) -> Vec<usize> {
+    let mut depth = vec![0usize; rig.nodes.len()];
+    for &n in &rig.order {
+        if let Some(p) = rig.nodes[n].parent {
+            depth[n] = depth[p] + 1;
+        }
+    }
+    let mut order: Vec<usize> = (0..works.len()).collect();
+    order.sort_by_key(|&i| (depth[works[i].node], works[i].node, works[i].path));
+    order
+}
+
+/// Puts keys back around every time in `failing` (all of them from round 3 on, full
+/// precision from round 4 on).
+fn refine(works: &mut [Work], sources: &[Channel], failing: &[f64], round: usize) {
+    for (w, source) in works.iter_mut().zip(sources) {
+        if w.cubic.is_some() {
+            continue;
+        }
+        if round >= 3 || w.dropped {
+            w.dropped = false;
+            w.kept = (0..w.times.len()).collect();
+            if round >= 4 {
+                w.to_float(source);
+            }
+            continue;
+        }
+        let mut restore = Vec::new();
+        for &t in failing {
+            let j = w.kept.partition_point(|&k| (w.times[k] as f64) <= t);
+            let lo = if j == 0 { 0 } else { w.kept[j - 1] };
+            let hi = w.kept.get(j).copied().unwrap_or(w.times.len() - 1);
+            restore.extend(lo..=hi);
+        }
+        w.kept.extend(restore);
+        w.kept.sort_unstable();
+        w.kept.dedup();
+    }
+}
+
+/// Makes sure a kept channel has a key at the clip's end, so its duration is unchanged.
+fn keep_end(rig: &Rig, works: &mut [Work], (start, end): (f64, f64)) {
+    let ends = |w: &Work| {
+        w.channel()
+            .map_or(f64::NEG_INFINITY, |c| *c.times.last().unwrap() as f64)
+    };
+    if works.iter().any(|w| ends(w) >= end) {
+        return;
+    }
+    // The channel whose source reaches furthest: its last candidate key is at the end.
+    let Some(w) = works.iter_mut().max_by(|a, b| {
+        a.times
+            .last()
+            .unwrap_or(&0.0)
+            .total_cmp(b.times.last().unwrap_or(&0.0))
+    }) else {
+        return;
+    };
+    if w.dropped {
+        // Back as a constant at its rest value over the whole clip.
+        let rest: Vec<f32> = rest_value(rig, w.node, w.path)
+            .iter()
+            .map(|&x| x as f32)
+            .collect();
+        if end > start {
+            w.times = vec![start as f32, end as f32];
+            w.values = [rest.clone(), rest].concat();
+        } else {
+            w.times = vec![end as f32];
+            w.values = rest;
+        }
+        w.filtered = None;
+        w.quantized = Quantized::Float;
+        w.kept = (0..w.times.len()).collect();
+        w.dropped = false;
+        return;
+    }
+    // Hold the last kept value until the end (exactly what the clip does now).
+    let last = w.times.len() - 1;
+    let held = *w.kept.last().expect("kept channels have keys");
+    if held != last {
+        let width = w.width;
+        let value = w.value(held).to_vec();
+        w.values[last * width..(last + 1) * width].copy_from_slice(&value);
+        if let Some(bytes) = &mut w.filtered {
+            let per_key = bytes.len() / w.times.len();
+            let held_bytes = bytes[held * per_key..(held + 1) * per_key].to_vec();
+            bytes[last * per_key..(last + 1) * per_key].copy_from_slice(&held_bytes);
+        }
+        w.kept.push(last);
+    }
+}
+
+fn compress_clip(
+    rig: &Rig,
+    clip: &Clip,
+    tolerance: f64,
+    options: &AnimationOptions,
+) -> (Vec<Work>, ClipReport) {
+    let times = sample_times(clip, options.metric.rate_multiplier);
+    let range = clip.range();
+    let mut state = State::new(rig, clip, times);
+    let mut works: Vec<Work> = clip
+        .channels
+        .iter()
+        .map(|c| candidate(c, &state.times, options))
+        .collect();
+    let rests: Vec<Vec<f64>> = works
+        .iter()
+        .map(|w| rest_value(rig, w.node, w.path))
+        .collect();
+    // Morph and transform errors add up on a vertex: each gets half when both are animated.
+    let has_weights = works.iter().any(|w| w.path == Path::Weights);
+    let has_transforms = works.iter().any(|w| w.path != Path::Weights);
+    let share = if has_weights && has_transforms {
+        0.5
+    } else {
+        1.0
+    };
+    // Quantization alone must leave room: a channel whose quantized keys use more than a
+    // quarter of the budget (measured alone, the rest exact) is stored as floats.
+    for (w, source) in works.iter_mut().zip(&clip.channels) {
+        let c = w.channel().expect("not dropped yet");
+        let target = (w.node, w.path, w.width);
+        if !state.try_values(
+            target,
+            0..state.times.len(),
+            tolerance * share * 0.25,
+            false,
+            &|t, out| c.sample(t, out),
+        ) {
+            w.to_float(source);
+        }
+    }
+    for (w, rest) in works.iter().zip(&rests) {
+        state.set_channel(w, rest);
+    }
+    state.recompose();
+    // Budget passes: every channel gets half first, then the rest of what is left.
+    for fraction in [0.5, 0.95] {
+        for i in hierarchy_order(rig, &works) {
+            reduce(
+                &mut state,
+                &mut works[i],
+                tolerance * share * fraction,
+                &rests[i],
+            );
+        }
+    }
+    // A CUBICSPLINE channel resampled to LINEAR stays LINEAR only if that is smaller.
+    for (w, source) in works.iter_mut().zip(&clip.channels) {
+        if source.interpolation == Interpolation::CubicSpline
+            && !w.dropped
+            && w.kept.len() > 3 * source.keys()
+        {
+            w.cubic = Some(source.clone());
+        }
+    }
+    // Verification with the exact metric; keys go back around failing samples.
+    let mut output = assemble(&clip.name, &works);
+    for round in 0..6 {
+        let errors = sample_errors(rig, clip, &output, &state.times);
+        let failing: Vec<f64> = errors
+            .iter()
+            .zip(&state.times)
+            .filter(|(e, _)| **e > tolerance)
+            .map(|(_, &t)| t)
+            .collect();
+        if failing.is_empty() {
+            break;
+        }
+        refine(&mut works, &clip.channels, &failing, round);
+        output = assemble(&clip.name, &works);
+    }
+    keep_end(rig, &mut works, range);
+    output = assemble(&clip.name, &works);
+    let measured = metric::clip_error(rig, clip, &output, &state.times, tolerance);
+    let report = ClipReport {
+        name: clip.name.clone(),
+        keys_before: clip.keys() as u64,
+        keys_after: output.keys() as u64,
+        channels_before: clip.channels.len() as u64,
+        channels_dropped: works.iter().filter(|w| w.dropped).count() as u64,
+        channels_float: works
+            .iter()
+            .filter(|w| !w.dropped && w.quantized == Quantized::Float)
+            .count() as u64,
+        max_error: measured.max,
+        max_error_relative: measured.max_relative,
+        p99_error: measured.p99,
+        samples: state.times.len() as u64,
+        duration: output.range().1,
+        loop_seamless: loop_closure(rig, clip, &output, range, tolerance),
+        ..ClipReport::default()
+    };
+    (works, report)
+}
+
+/// For a clip whose source starts and ends in the same pose (within tolerance): whether the
+/// output does too.
+fn loop_closure(
+    rig: &Rig,
+    source: &Clip,
+    output: &Clip,
+    (start, end): (f64, f64),
+    tolerance: f64,
+) -> Option<bool> {
+    let mut a = rig.rest_pose();
+    let mut b = a.clone();
+    let (mut pa, mut pb) = (Vec::new(), Vec::new());
+    let mut gap = |c: &Clip| {
+        rig.pose_at(c, start, &mut a);
+        rig.pose_at(c, end, &mut b);
+        rig.points(&a, &mut pa);
+        rig.points(&b, &mut pb);
+        metric::max_distance(&pa, &pb)
+    };
+    (end > start && gap(source) <= tolerance).then(|| gap(output) <= tolerance)
+}
+
+/// Plain bytes of the accessors clip `index` of `asset` uses (each counted once).
+fn clip_bytes(asset: &Asset, index: usize) -> u64 {
+    let mut seen = std::collections::BTreeSet::new();
+    for sampler in asset.array("animations")[index]["samplers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for key in ["input", "output"] {
+            if let Some(a) = sampler[key].as_u64() {
+                seen.insert(a as usize);
+            }
+        }
+    }
+    seen.into_iter()
+        .filter_map(|a| accessors::layout(asset, a).ok())
+        .map(|l| {
+            (l.count * l.components * accessors::component_size(l.component_type).unwrap_or(4))
+                as u64
+        })
+        .sum()
+}
+
+/// Appends the compressed clips' accessors, sharing identical time arrays.
+struct Writer<'a> {
+    times: HashMap<Vec<u32>, usize>,
+    codecs: &'a mut HashMap<usize, ViewCodec>,
+}
+
+impl Writer<'_> {
+    /// Rewrites animation `index`'s samplers and channels; returns the new plain bytes.
+    fn write_clip(&mut self, asset: &mut Asset, index: usize, works: &[Work]) -> u64 {
+        let mut bytes = 0u64;
+        let mut samplers = Vec::new();
+        let mut channels = Vec::new();
+        for w in works {
+            let Some(c) = w.channel() else { continue };
+            let key: Vec<u32> = c.times.iter().map(|t| t.to_bits()).collect();
+            let input = match self.times.get(&key) {
+                Some(&a) => a,
+                None => {
+                    let data: Vec<u8> = c.times.iter().flat_map(|t| t.to_le_bytes()).collect();
+                    bytes += data.len() as u64;
+                    let a = self.push(
+                        asset,
+                        data,
+                        None,
+                        4,
+                        json!({"componentType": FLOAT, "count": c.times.len(), "type": "SCALAR",
+                        "min": [c.times[0]], "max": [*c.times.last().unwrap()]}),
+                    );
+                    self.times.insert(key, a);
+                    a
+                }
+            };
+            let quantized = if w.cubic.is_some() {
+                Quantized::Float
+            } else {
+                w.quantized
+            };
+            let filtered = if w.cubic.is_some() {
+                None
+            } else {
+                w.kept_filtered()
+            };
+            let count = if c.path == Path::Weights {
+                c.values.len()
+            } else {
+                c.values.len() / c.width
+            };
+            let kind = if c.path == Path::Weights {
+                "SCALAR"
+            } else {
+                accessors::type_name(c.width)
+            };
+            let element = if c.path == Path::Weights {
+                4 * c.width
+            } else {
+                4 * c.width
+            };
+            let (data, accessor, stride) = match quantized {
+                // The QUATERNION filter decodes to normalised shorts: both variants store them.
+                Quantized::Quaternion(_) => {
+                    let data: Vec<u8> = c
+                        .values
+                        .iter()
+                        .flat_map(|v| ((v * 32767.0).round() as i16).to_le_bytes())
+                        .collect();
+                    (
+                        data,
+                        json!({"componentType": SHORT, "normalized": true, "count": count, "type": kind}),
+                        8,
+                    )
+                }
+                _ => {
+                    let data: Vec<u8> = c.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    (
+                        data,
+                        json!({"componentType": FLOAT, "count": count, "type": kind}),
+                        element,
+                    )
+                }
+            };
+            bytes += data.len() as u64;
+            let output = self.push(
+                asset,
+                data,
+                filtered.map(|f| (f, quantized)),
+                stride,
+                accessor,
+            );
+            channels.push(json!({"sampler": samplers.len(), "target": {"node": c.node, "path": c.path.name()}}));
+            samplers.push(
+                json!({"input": input, "output": output, "interpolation": c.interpolation.name()}),
+            );
+        }
+        let animation = &mut asset.json["animations"][index];
+        animation["samplers"] = Value::Array(samplers);
+        animation["channels"] = Value::Array(channels);
+        bytes
+    }
+
+    /// Appends a view and its accessor, with the meshopt codec for the view.
+    fn push(
+        &mut self,
+        asset: &mut Asset,
+        data: Vec<u8>,
+        filtered: Option<(Vec<u8>, Quantized)>,
+        stride: usize,
+        mut accessor: Value,
+    ) -> usize {
+        let view = push_view(asset, data, None, None);
+        let (filter, filtered) = match filtered {
+            Some((f, Quantized::Quaternion(_))) => ("QUATERNION", Some(f)),
+            Some((f, Quantized::Exponential(_))) => ("EXPONENTIAL", Some(f)),
+            _ => ("NONE", None),
+        };
+        self.codecs.insert(
+            view,
+            ViewCodec {
+                mode: "ATTRIBUTES",
+                filter,
+                filtered,
+                stride: Some(stride),
+            },
+        );
+        accessor["bufferView"] = json!(view);
+        push_accessor(asset, accessor)
+    }
+}
