@@ -1061,3 +1061,365 @@ impl Writer<'_> {
         push_accessor(asset, accessor)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::animation::metric::compare;
+    use crate::gltf::{NoResources, write_glb};
+
+    /// A small model built in code: a box mesh under a chain of nodes, and animations.
+    struct Fixture {
+        json: Value,
+        bin: Vec<u8>,
+    }
+
+    impl Fixture {
+        /// `nodes` is the hierarchy (each node's JSON without `mesh`); the box (of edge
+        /// `size`) hangs on the last node.
+        fn new(nodes: Vec<Value>, size: f32) -> Self {
+            let mut f = Self {
+                json: json!({"asset": {"version": "2.0"}, "scene": 0}),
+                bin: Vec::new(),
+            };
+            let count = nodes.len();
+            let mut nodes = nodes;
+            for i in 0..count - 1 {
+                nodes[i]["children"] = json!([i + 1]);
+            }
+            nodes[count - 1]["mesh"] = json!(0);
+            f.json["nodes"] = Value::Array(nodes);
+            f.json["scenes"] = json!([{"nodes": [0]}]);
+            let s = size;
+            let corners: Vec<f32> = (0..8)
+                .flat_map(|i| {
+                    [
+                        if i & 1 == 0 { 0.0 } else { s },
+                        if i & 2 == 0 { 0.0 } else { s },
+                        if i & 4 == 0 { 0.0 } else { s },
+                    ]
+                })
+                .collect();
+            let position = f.accessor(&corners, "VEC3", true);
+            f.json["meshes"] =
+                json!([{"primitives": [{"attributes": {"POSITION": position}, "mode": 0}]}]);
+            f.json["animations"] = json!([]);
+            f
+        }
+
+        fn accessor(&mut self, values: &[f32], kind: &str, bounds: bool) -> usize {
+            let offset = self.bin.len();
+            self.bin.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            let views = self
+                .json
+                .as_object_mut()
+                .unwrap()
+                .entry("bufferViews")
+                .or_insert(json!([]));
+            let views = views.as_array_mut().unwrap();
+            views.push(json!({"buffer": 0, "byteOffset": offset, "byteLength": values.len() * 4}));
+            let view = views.len() - 1;
+            let components = accessors::components_of(kind).unwrap();
+            let mut a = json!({"bufferView": view, "componentType": FLOAT, "count": values.len() / components, "type": kind});
+            if bounds {
+                let (lo, hi) = (0..components)
+                    .map(|c| {
+                        let it = values.iter().skip(c).step_by(components);
+                        (
+                            it.clone().copied().fold(f32::INFINITY, f32::min),
+                            it.copied().fold(f32::NEG_INFINITY, f32::max),
+                        )
+                    })
+                    .unzip::<f32, f32, Vec<f32>, Vec<f32>>();
+                a["min"] = json!(lo);
+                a["max"] = json!(hi);
+            }
+            let list = self
+                .json
+                .as_object_mut()
+                .unwrap()
+                .entry("accessors")
+                .or_insert(json!([]));
+            let list = list.as_array_mut().unwrap();
+            list.push(a);
+            list.len() - 1
+        }
+
+        /// Adds a one-channel clip.
+        fn clip(
+            &mut self,
+            node: usize,
+            path: &str,
+            interpolation: &str,
+            times: &[f32],
+            values: &[f32],
+        ) {
+            self.json["animations"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"samplers": [], "channels": []}));
+            self.channel(node, path, interpolation, times, values);
+        }
+
+        /// Adds a channel to the last clip.
+        fn channel(
+            &mut self,
+            node: usize,
+            path: &str,
+            interpolation: &str,
+            times: &[f32],
+            values: &[f32],
+        ) {
+            let input = self.accessor(times, "SCALAR", true);
+            let kind = match path {
+                "rotation" => "VEC4",
+                "weights" => "SCALAR",
+                _ => "VEC3",
+            };
+            let output = self.accessor(values, kind, false);
+            let animation = self.json["animations"]
+                .as_array_mut()
+                .unwrap()
+                .last_mut()
+                .unwrap();
+            let sampler = animation["samplers"].as_array().unwrap().len();
+            animation["samplers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"input": input, "output": output, "interpolation": interpolation}));
+            animation["channels"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"sampler": sampler, "target": {"node": node, "path": path}}));
+        }
+
+        fn asset(&self) -> Asset {
+            let mut json = self.json.clone();
+            json["buffers"] = json!([{"byteLength": self.bin.len()}]);
+            Asset::read(&write_glb(&json, Some(&self.bin)), &NoResources).unwrap()
+        }
+    }
+
+    /// Compresses, then measures the result with the exact metric: every sample within the
+    /// tolerance, durations unchanged.
+    fn compress_and_check(asset: &Asset) -> (Asset, AnimationReport) {
+        let out = compress_animations(asset, &AnimationOptions::default()).unwrap();
+        let (rig, clips) =
+            compare(asset, &out.asset, &MetricOptions::default(), None, 5e-5).unwrap();
+        for c in &clips {
+            assert!(
+                c.max <= 5e-5 * rig.diagonal,
+                "clip {}: {:.3e} of the diagonal",
+                c.index,
+                c.max_relative
+            );
+            assert_eq!(c.duration_source, c.duration_output);
+        }
+        (out.asset, out.report)
+    }
+
+    fn sine(keys: usize, duration: f32, amplitude: f32, axis: usize) -> (Vec<f32>, Vec<f32>) {
+        let times: Vec<f32> = (0..keys)
+            .map(|k| k as f32 * duration / (keys - 1) as f32)
+            .collect();
+        let values = times
+            .iter()
+            .flat_map(|t| {
+                let mut v = [0.0f32; 3];
+                v[axis] = amplitude * (t * std::f32::consts::TAU / duration).sin();
+                v
+            })
+            .collect();
+        (times, values)
+    }
+
+    /// gltfpack #278: a root scaled ×200 made a child's small motion look negligible and it
+    /// was dropped. Here the child moves 1 mm in its own units, 20 cm in the model.
+    #[test]
+    fn child_motion_under_a_root_scaled_200_times_is_kept() {
+        let mut f = Fixture::new(vec![json!({"scale": [200, 200, 200]}), json!({})], 0.01);
+        let (times, values) = sine(31, 1.0, 0.001, 0);
+        f.clip(1, "translation", "LINEAR", &times, &values);
+        let (out, report) = compress_and_check(&f.asset());
+        assert_eq!(report.clips[0].channels_dropped, 0);
+        assert_eq!(
+            out.array("animations")[0]["channels"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    /// gltfpack #332: on a model 0.02 units tall, motion under 1e-4 units is still motion
+    /// (the tolerance scales with the model).
+    #[test]
+    fn tiny_motion_on_a_tiny_model_is_kept() {
+        let mut f = Fixture::new(vec![json!({})], 0.02);
+        let (times, values) = sine(31, 1.0, 8e-5, 1);
+        f.clip(0, "translation", "LINEAR", &times, &values);
+        let (_, report) = compress_and_check(&f.asset());
+        assert_eq!(report.clips[0].channels_dropped, 0);
+        assert!(report.clips[0].keys_after > 2);
+    }
+
+    /// gltfpack #341: a STEP loop stays STEP, keeps its jumps where they were and its length.
+    #[test]
+    fn step_loops_stay_step() {
+        let mut f = Fixture::new(vec![json!({})], 1.0);
+        let times = [0.0, 0.25, 0.5, 0.75, 1.0];
+        let values = [0., 0., 0., 1., 0., 0., 1., 0., 0., 2., 0., 0., 0., 0., 0.];
+        f.clip(0, "translation", "STEP", &times, &values);
+        let (out, report) = compress_and_check(&f.asset());
+        let sampler = &out.array("animations")[0]["samplers"][0];
+        assert_eq!(sampler["interpolation"], "STEP");
+        // The repeated value at 0.5 is redundant; the jumps are not.
+        assert_eq!(report.clips[0].keys_after, 4);
+        assert_eq!(report.clips[0].loop_seamless, Some(true));
+    }
+
+    /// Keys stored with opposite signs between neighbours: the output's neighbours never have
+    /// a negative dot product, and the motion is the source's (shortest path).
+    #[test]
+    fn quaternion_signs_come_out_continuous() {
+        let mut f = Fixture::new(vec![json!({})], 1.0);
+        let keys = 21;
+        let times: Vec<f32> = (0..keys).map(|k| k as f32 / (keys - 1) as f32).collect();
+        let values: Vec<f32> = (0..keys)
+            .flat_map(|k| {
+                let angle = k as f32 * 0.3;
+                let (s, c) = (angle / 2.0).sin_cos();
+                let sign = if k % 2 == 0 { 1.0 } else { -1.0 };
+                [0.0, sign * s, 0.0, sign * c]
+            })
+            .collect();
+        f.clip(0, "rotation", "LINEAR", &times, &values);
+        let (out, _) = compress_and_check(&f.asset());
+        let output = out.array("animations")[0]["samplers"][0]["output"]
+            .as_u64()
+            .unwrap() as usize;
+        let (_, q) = accessors::read_f32(&out, output).unwrap();
+        for pair in q.chunks_exact(4).collect::<Vec<_>>().windows(2) {
+            let dot: f32 = pair[0].iter().zip(pair[1]).map(|(a, b)| a * b).sum();
+            assert!(dot >= 0.0, "{pair:?}");
+        }
+    }
+
+    /// A clip whose last pose equals its first stays seamless.
+    #[test]
+    fn loops_stay_seamless() {
+        let mut f = Fixture::new(vec![json!({})], 1.0);
+        let (times, values) = sine(25, 2.0, 0.3, 2);
+        f.clip(0, "translation", "LINEAR", &times, &values);
+        let (_, report) = compress_and_check(&f.asset());
+        assert_eq!(report.clips[0].loop_seamless, Some(true));
+        assert!(report.clips[0].keys_after < 25);
+    }
+
+    /// A channel that never leaves the rest pose goes; a constant one keeps one key (and
+    /// holds it to the end when it is what carries the clip's length).
+    #[test]
+    fn rest_and_constant_channels_are_omitted() {
+        let mut f = Fixture::new(vec![json!({"translation": [1, 2, 3]}), json!({})], 1.0);
+        let (times, values) = sine(21, 2.0, 0.4, 0);
+        f.clip(1, "translation", "LINEAR", &times, &values);
+        f.channel(
+            0,
+            "translation",
+            "LINEAR",
+            &[0.0, 1.0, 2.0],
+            &[1., 2., 3., 1., 2., 3., 1., 2., 3.],
+        );
+        f.channel(0, "scale", "LINEAR", &[0.0, 1.0], &[2., 2., 2., 2., 2., 2.]);
+        let (out, report) = compress_and_check(&f.asset());
+        assert_eq!(report.clips[0].channels_dropped, 1);
+        let channels = out.array("animations")[0]["channels"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(channels.len(), 2);
+        let scale = channels
+            .iter()
+            .find(|c| c["target"]["path"] == "scale")
+            .unwrap();
+        let sampler =
+            &out.array("animations")[0]["samplers"][scale["sampler"].as_u64().unwrap() as usize];
+        assert_eq!(
+            accessors::layout(&out, sampler["input"].as_u64().unwrap() as usize)
+                .unwrap()
+                .count,
+            1
+        );
+        // Alone in its clip, a channel at rest still carries the clip's length.
+        let mut g = Fixture::new(vec![json!({"translation": [1, 2, 3]})], 1.0);
+        g.clip(
+            0,
+            "translation",
+            "LINEAR",
+            &[0.0, 1.0, 2.0],
+            &[1., 2., 3., 1., 2., 3., 1., 2., 3.],
+        );
+        let (_, report) = compress_and_check(&g.asset());
+        assert_eq!(report.clips[0].keys_after, 2);
+    }
+
+    /// Identical time arrays are written once.
+    #[test]
+    fn identical_times_are_shared() {
+        let mut f = Fixture::new(vec![json!({}), json!({})], 1.0);
+        let (times, values) = sine(31, 1.0, 0.5, 0);
+        f.clip(0, "translation", "LINEAR", &times, &values);
+        f.clip(1, "translation", "LINEAR", &times, &values);
+        let (out, _) = compress_and_check(&f.asset());
+        let input = |a: usize| out.array("animations")[a]["samplers"][0]["input"].clone();
+        assert_eq!(input(0), input(1));
+    }
+
+    #[test]
+    fn bad_animation_data_is_a_clear_error() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut Fixture)>)> = vec![
+            (
+                "not strictly increasing",
+                Box::new(|f| f.clip(0, "translation", "LINEAR", &[0.0, 1.0, 1.0], &[0.0; 9])),
+            ),
+            (
+                "keys × 3 are needed",
+                Box::new(|f| f.clip(0, "translation", "LINEAR", &[0.0, 1.0], &[0.0; 9])),
+            ),
+            (
+                "NaN",
+                Box::new(|f| {
+                    f.clip(
+                        0,
+                        "translation",
+                        "LINEAR",
+                        &[0.0, 1.0],
+                        &[0.0, f32::NAN, 0.0, 0.0, 0.0, 0.0],
+                    )
+                }),
+            ),
+            (
+                "does not exist",
+                Box::new(|f| f.clip(7, "translation", "LINEAR", &[0.0, 1.0], &[0.0; 6])),
+            ),
+            (
+                "not finite",
+                Box::new(|f| f.clip(0, "translation", "LINEAR", &[0.0, f32::INFINITY], &[0.0; 6])),
+            ),
+            (
+                "interpolation",
+                Box::new(|f| f.clip(0, "translation", "SMOOTH", &[0.0, 1.0], &[0.0; 6])),
+            ),
+            (
+                "without morph targets",
+                Box::new(|f| f.clip(0, "weights", "LINEAR", &[0.0, 1.0], &[0.0; 2])),
+            ),
+        ];
+        for (expected, build) in cases {
+            let mut f = Fixture::new(vec![json!({})], 1.0);
+            build(&mut f);
+            let err = compress_animations(&f.asset(), &AnimationOptions::default()).unwrap_err();
+            assert!(err.to_string().contains(expected), "{expected}: {err}");
+        }
+    }
+}
