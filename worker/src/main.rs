@@ -61,6 +61,9 @@ enum Command {
         /// Shell radius for virtual vertices, relative to the diagonal.
         #[arg(long, default_value_t = 0.015)]
         shell: f64,
+        /// Samples per source key interval.
+        #[arg(long, default_value_t = 4.0)]
+        rate_multiplier: f64,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -83,15 +86,20 @@ fn main() -> std::process::ExitCode {
         tolerance,
         tolerance_abs,
         shell,
+        rate_multiplier,
         json,
     }) = &cli.command
     {
+        let metric = kiln_worker::animation::MetricOptions {
+            shell: *shell,
+            rate_multiplier: *rate_multiplier,
+        };
         return anim_error(
             source,
             compressed,
             *tolerance,
             *tolerance_abs,
-            *shell,
+            metric,
             *json,
         );
     }
@@ -284,18 +292,14 @@ fn anim_error(
     compressed: &std::path::Path,
     tolerance: f64,
     tolerance_abs: Option<f64>,
-    shell: f64,
+    options: kiln_worker::animation::MetricOptions,
     json: bool,
 ) -> std::process::ExitCode {
-    use kiln_worker::animation::metric::{MetricOptions, compare};
+    use kiln_worker::animation::metric::compare;
     use kiln_worker::gltf::read_path;
     let read = |p: &std::path::Path| read_path(p).map_err(|e| format!("{}: {e}", p.display()));
     let result = read(source).and_then(|s| {
         let c = read(compressed)?;
-        let options = MetricOptions {
-            shell,
-            ..MetricOptions::default()
-        };
         compare(&s, &c, &options, tolerance_abs, tolerance).map_err(|e| e.to_string())
     });
     let (rig, clips) = match result {

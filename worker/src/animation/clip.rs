@@ -95,7 +95,8 @@ impl Channel {
                 *o = x as f64;
             }
         };
-        if n == 1 || t <= self.times[0] as f64 {
+        // Strictly before the first key (three.js interpolates at the first key itself).
+        if n == 1 || t < self.times[0] as f64 {
             copy(out, self.key_value(0));
             return;
         }
@@ -187,12 +188,11 @@ pub fn slerp(a: &[f32], b: &[f32], u: f64, out: &mut [f64]) {
         b.iter_mut().for_each(|x| *x = -*x);
         dot = -dot;
     }
-    // As three.js: a near-linear interpolation is renormalised; a true slerp of (slightly)
-    // non-unit keys is left as it comes, so both agree on files with such keys.
-    let sqr_sin = 1.0 - dot * dot;
-    let (s0, s1, linear) = if sqr_sin > f64::EPSILON {
-        let sin = sqr_sin.sqrt();
-        let theta = sin.atan2(dot);
+    // As the glTF reference and three.js: a true slerp leaves (slightly) non-unit keys as they
+    // come; near-parallel keys are interpolated linearly and renormalised.
+    let (s0, s1, linear) = if dot < 0.9995 {
+        let theta = dot.acos();
+        let sin = theta.sin();
         (
             ((1.0 - u) * theta).sin() / sin,
             (u * theta).sin() / sin,

@@ -164,31 +164,77 @@ pub fn read_clips(asset: &Asset) -> Result<Vec<Clip>, GltfError> {
         .collect()
 }
 
-/// A file's clips with their node targets mapped onto the source's nodes: Kiln's geometry
-/// stage moves a mesh into a new child node (appended after the source's nodes), so a
-/// weights channel on such a node belongs to its parent in the source.
-pub fn read_clips_onto(asset: &Asset, source_nodes: usize) -> Result<Vec<Clip>, GltfError> {
-    let mut clips = read_clips(asset)?;
-    let nodes = asset.array("nodes");
-    let parent_of = |n: usize| {
-        nodes.iter().position(|p| {
-            p.get("children")
-                .and_then(Value::as_array)
-                .is_some_and(|c| c.iter().any(|x| x.as_u64() == Some(n as u64)))
-        })
+/// Which source node each node of `output` is (`None`: no counterpart). Kiln's outputs keep
+/// the source's nodes at the same indices (the geometry stage appends child nodes that carry
+/// a moved mesh: those count as their parent). Other tools' outputs (gltfpack reorders and
+/// adds nodes) are matched by names that are unique in both files.
+pub fn node_map(source: &Asset, output: &Asset) -> Vec<Option<usize>> {
+    let name = |a: &Asset, n: usize| {
+        a.array("nodes")[n]
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
     };
+    let (ns, no) = (source.array("nodes").len(), output.array("nodes").len());
+    let parents = parents(output);
+    if no >= ns && (0..ns).all(|i| name(source, i) == name(output, i)) {
+        return (0..no)
+            .map(|mut n| {
+                for _ in 0..no {
+                    if n < ns {
+                        return Some(n);
+                    }
+                    n = parents[n]?;
+                }
+                None
+            })
+            .collect();
+    }
+    let unique = |a: &Asset, count: usize| {
+        let mut seen: std::collections::HashMap<String, Option<usize>> =
+            std::collections::HashMap::new();
+        for n in 0..count {
+            if let Some(key) = name(a, n) {
+                seen.entry(key).and_modify(|v| *v = None).or_insert(Some(n));
+            }
+        }
+        seen
+    };
+    let by_name = unique(source, ns);
+    (0..no)
+        .map(|n| name(output, n).and_then(|key| by_name.get(&key).copied().flatten()))
+        .collect()
+}
+
+fn parents(asset: &Asset) -> Vec<Option<usize>> {
+    let count = asset.array("nodes").len();
+    let mut out = vec![None; count];
+    for (p, node) in asset.array("nodes").iter().enumerate() {
+        for c in node
+            .get("children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(c) = c.as_u64().map(|c| c as usize).filter(|&c| c < count) {
+                out[c] = Some(p);
+            }
+        }
+    }
+    out
+}
+
+/// A file's clips with their targets mapped onto the source's nodes by `map` (`node_map`).
+pub fn read_clips_onto(asset: &Asset, map: &[Option<usize>]) -> Result<Vec<Clip>, GltfError> {
+    let mut clips = read_clips(asset)?;
     for clip in &mut clips {
         for c in &mut clip.channels {
-            let mut n = c.node;
-            let mut hops = 0;
-            while n >= source_nodes && hops < nodes.len() {
-                match parent_of(n) {
-                    Some(p) => n = p,
-                    None => break,
-                }
-                hops += 1;
-            }
-            c.node = n;
+            c.node = map.get(c.node).copied().flatten().ok_or_else(|| {
+                crate::gltf::invalid(
+                    format!("nodes[{}]", c.node),
+                    "is animated but matches no node of the source (by index or unique name)",
+                )
+            })?;
         }
     }
     Ok(clips)
@@ -206,7 +252,7 @@ pub fn compare(
     let rig = Rig::read(source, options.shell)?;
     let tolerance = tolerance.unwrap_or(relative_tolerance * rig.diagonal);
     let source_clips = read_clips(source)?;
-    let output_clips = read_clips_onto(compressed, rig.nodes.len())?;
+    let output_clips = read_clips_onto(compressed, &node_map(source, compressed))?;
     if source_clips.len() != output_clips.len() {
         return Err(crate::gltf::invalid(
             "animations",

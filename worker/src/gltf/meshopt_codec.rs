@@ -177,6 +177,18 @@ pub fn exp_filter(
     (filtered, decoded)
 }
 
+/// Decodes EXPONENTIAL-filter data (4-byte components) to floats.
+pub fn exp_decode(filtered: &[u8]) -> Vec<f32> {
+    let mut decoded = filtered.to_vec();
+    let count = decoded.len() / 4;
+    // SAFETY: `decoded` holds `count` elements of 4 bytes.
+    unsafe { meshopt::ffi::meshopt_decodeFilterExp(decoded.as_mut_ptr().cast(), count, 4) };
+    decoded
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
 /// Quaternion-filter encoding of unit quaternions (4 floats each, `bits` 4–16): the filter
 /// input, and the decoded normalised 16-bit quaternions (8 bytes each).
 pub fn quat_filter(quaternions: &[f32], bits: u32) -> (Vec<u8>, Vec<u8>) {

@@ -135,10 +135,7 @@ pub fn compress_animations(
         diagonal: rig.diagonal,
         ..Default::default()
     };
-    let mut writer = Writer {
-        times: HashMap::new(),
-        codecs: &mut codecs,
-    };
+    let mut writer = Writer::default();
     for (index, clip) in clips.iter().enumerate() {
         let (works, mut clip_report) = compress_clip(&rig, clip, tolerance, options);
         clip_report.bytes_before = clip_bytes(source, index);
@@ -147,6 +144,7 @@ pub fn compress_animations(
         report.bytes_after += clip_report.bytes_after;
         report.clips.push(clip_report);
     }
+    writer.finish(&mut asset, &mut codecs);
     Ok(CompressedAnimations {
         asset,
         codecs,
@@ -190,6 +188,8 @@ struct Work {
     values: Vec<f32>,
     /// Filter input per candidate key (the meshopt variant compresses these bytes).
     filtered: Option<Vec<u8>>,
+    /// EXPONENTIAL-filter input of the key times (`None`: stored as plain floats).
+    time_filtered: Option<Vec<u8>>,
     quantized: Quantized,
     /// Indices of kept candidate keys, ascending.
     kept: Vec<usize>,
@@ -230,6 +230,17 @@ impl Work {
                 .collect(),
             width: self.width,
         })
+    }
+
+    /// Time filter input of the kept keys.
+    fn kept_time_filtered(&self) -> Option<Vec<u8>> {
+        let bytes = self.time_filtered.as_ref()?;
+        Some(
+            self.kept
+                .iter()
+                .flat_map(|&k| bytes[4 * k..4 * k + 4].to_vec())
+                .collect(),
+        )
     }
 
     /// Filter input of the kept keys.
@@ -564,6 +575,10 @@ fn candidate(channel: &Channel, times: &[f64], options: &AnimationOptions) -> Wo
     };
     let width = channel.width;
     let values = raw_values(channel, channel.path, width, &keys);
+    let (time_filtered, keys) = match quantize_times(&keys) {
+        Some((filtered, decoded)) => (Some(filtered), decoded),
+        None => (None, keys),
+    };
     let quantized = match channel.path {
         Path::Rotation => Quantized::Quaternion(options.rotation_bits),
         Path::Translation => Quantized::Exponential(options.translation_bits),
@@ -586,10 +601,76 @@ fn candidate(channel: &Channel, times: &[f64], options: &AnimationOptions) -> Wo
         times: keys,
         values,
         filtered,
+        time_filtered,
         quantized,
         dropped: false,
         cubic: None,
     }
+}
+
+/// Key times through the EXPONENTIAL filter (23-bit mantissa, seed 000), each rounded down so
+/// no key moves later than its source time (the clip's end stays the end); `None` when that
+/// would not keep them strictly increasing.
+fn quantize_times(times: &[f32]) -> Option<(Vec<u8>, Vec<f32>)> {
+    let (mut filtered, _) = meshopt_codec::exp_filter(times, 1, 23, true);
+    let mut decoded = meshopt_codec::exp_decode(&filtered);
+    for (k, (d, &t)) in decoded.iter_mut().zip(times).enumerate() {
+        if *d > t {
+            // One mantissa step down (low 24 bits, two's complement).
+            let word = u32::from_le_bytes(filtered[4 * k..4 * k + 4].try_into().unwrap());
+            let mantissa = (word & 0x00ff_ffff).wrapping_sub(1) & 0x00ff_ffff;
+            let word = (word & 0xff00_0000) | mantissa;
+            filtered[4 * k..4 * k + 4].copy_from_slice(&word.to_le_bytes());
+            *d = meshopt_codec::exp_decode(&word.to_le_bytes())[0];
+        }
+    }
+    let ordered = decoded.windows(2).all(|w| w[0] < w[1])
+        && decoded
+            .iter()
+            .all(|&d| d >= 0.0 && d <= times[decoded.len() - 1]);
+    ordered.then_some((filtered, decoded))
+}
+
+/// Quantizes `w` with the fewest bits that keep it within `limit` on its own.
+fn choose_bits(state: &mut State, w: &mut Work, source: &Channel, limit: f64) {
+    let raw = raw_values(source, w.path, w.width, &w.times);
+    let ladder: Vec<Quantized> = match w.quantized {
+        // Past 16 bits, rotations stay floats through the EXPONENTIAL filter (finer, still
+        // compressible) before plain floats.
+        Quantized::Quaternion(max) => (8..=max.clamp(4, 16))
+            .step_by(2)
+            .chain([max.clamp(4, 16)])
+            .map(Quantized::Quaternion)
+            .chain([18, 20, 22, 24].map(Quantized::Exponential))
+            .collect(),
+        Quantized::Exponential(max) => (8..=max.clamp(1, 24))
+            .step_by(2)
+            .chain([max.clamp(1, 24)])
+            .map(Quantized::Exponential)
+            .collect(),
+        Quantized::Float => vec![],
+    };
+    let target = (w.node, w.path, w.width);
+    let all = 0..state.times.len();
+    for how in ladder {
+        let (filtered, values) = quantize(&raw, w.width, how);
+        let trial = Work {
+            values,
+            ..w.clone()
+        };
+        let c = trial.channel().expect("not dropped yet");
+        if state.try_values(target, all.clone(), limit, false, &|t, out| {
+            c.sample(t, out)
+        }) {
+            *w = Work {
+                filtered,
+                quantized: how,
+                ..trial
+            };
+            return;
+        }
+    }
+    w.to_float(source);
 }
 
 /// Quantizes values as the meshopt variant stores them: (filter input, decoded floats).
@@ -763,6 +844,7 @@ fn keep_end(rig: &Rig, works: &mut [Work], (start, end): (f64, f64)) {
             w.values = rest;
         }
         w.filtered = None;
+        w.time_filtered = None;
         w.quantized = Quantized::Float;
         w.kept = (0..w.times.len()).collect();
         w.dropped = false;
@@ -782,6 +864,8 @@ fn keep_end(rig: &Rig, works: &mut [Work], (start, end): (f64, f64)) {
         }
         w.kept.push(last);
     }
+    w.times[last] = end as f32;
+    w.time_filtered = None;
 }
 
 fn compress_clip(
@@ -810,27 +894,18 @@ fn compress_clip(
     } else {
         1.0
     };
-    // Quantization alone must leave room: a channel whose quantized keys use more than a
-    // quarter of the budget (measured alone, the rest exact) is stored as floats.
+    // Quantization alone must leave room: each channel gets the fewest bits (up to the
+    // configured ones) whose error, measured alone with the rest exact, stays within 40 % of
+    // the budget; a channel that no bit count satisfies is stored as floats.
     for (w, source) in works.iter_mut().zip(&clip.channels) {
-        let c = w.channel().expect("not dropped yet");
-        let target = (w.node, w.path, w.width);
-        if !state.try_values(
-            target,
-            0..state.times.len(),
-            tolerance * share * 0.25,
-            false,
-            &|t, out| c.sample(t, out),
-        ) {
-            w.to_float(source);
-        }
+        choose_bits(&mut state, w, source, tolerance * share * 0.4);
     }
     for (w, rest) in works.iter().zip(&rests) {
         state.set_channel(w, rest);
     }
     state.recompose();
     // Budget passes: every channel gets half first, then the rest of what is left.
-    for fraction in [0.5, 0.95] {
+    for fraction in [0.5, 0.93] {
         for i in hierarchy_order(rig, &works) {
             reduce(
                 &mut state,
@@ -856,7 +931,9 @@ fn compress_clip(
         let failing: Vec<f64> = errors
             .iter()
             .zip(&state.times)
-            .filter(|(e, _)| **e > tolerance)
+            // A 2 % margin: other samplers (three.js in float32, at times between ours)
+            // must find the same bound.
+            .filter(|(e, _)| **e > 0.98 * tolerance)
             .map(|(_, &t)| t)
             .collect();
         if failing.is_empty() {
@@ -934,13 +1011,25 @@ fn clip_bytes(asset: &Asset, index: usize) -> u64 {
         .sum()
 }
 
-/// Appends the compressed clips' accessors, sharing identical time arrays.
-struct Writer<'a> {
+/// Appends the compressed clips' accessors, sharing identical time arrays. Accessors of one
+/// kind (times, rotations, translations/scales, weights of one width) go into one buffer view
+/// per kind: meshopt's codec compresses one long stream far better than many short ones.
+#[derive(Default)]
+struct Writer {
     times: HashMap<Vec<u32>, usize>,
-    codecs: &'a mut HashMap<usize, ViewCodec>,
+    /// Per (stride, filter): plain bytes, filter input, and the accessors placed in them.
+    groups: Vec<Group>,
 }
 
-impl Writer<'_> {
+struct Group {
+    stride: usize,
+    filter: &'static str,
+    data: Vec<u8>,
+    filtered: Vec<u8>,
+    accessors: Vec<usize>,
+}
+
+impl Writer {
     /// Rewrites animation `index`'s samplers and channels; returns the new plain bytes.
     fn write_clip(&mut self, asset: &mut Asset, index: usize, works: &[Work]) -> u64 {
         let mut bytes = 0u64;
@@ -954,14 +1043,14 @@ impl Writer<'_> {
                 None => {
                     let data: Vec<u8> = c.times.iter().flat_map(|t| t.to_le_bytes()).collect();
                     bytes += data.len() as u64;
-                    let a = self.push(
-                        asset,
-                        data,
-                        None,
-                        4,
-                        json!({"componentType": FLOAT, "count": c.times.len(), "type": "SCALAR",
-                        "min": [c.times[0]], "max": [*c.times.last().unwrap()]}),
-                    );
+                    let accessor = json!({"componentType": FLOAT, "count": c.times.len(), "type": "SCALAR",
+                        "min": [c.times[0]], "max": [*c.times.last().unwrap()]});
+                    let filter = if w.cubic.is_some() {
+                        None
+                    } else {
+                        w.kept_time_filtered().map(|f| ("EXPONENTIAL", f))
+                    };
+                    let a = self.place(asset, data, filter, 4, accessor);
                     self.times.insert(key, a);
                     a
                 }
@@ -976,20 +1065,10 @@ impl Writer<'_> {
             } else {
                 w.kept_filtered()
             };
-            let count = if c.path == Path::Weights {
-                c.values.len()
+            let (count, kind) = if c.path == Path::Weights {
+                (c.values.len(), "SCALAR")
             } else {
-                c.values.len() / c.width
-            };
-            let kind = if c.path == Path::Weights {
-                "SCALAR"
-            } else {
-                accessors::type_name(c.width)
-            };
-            let element = if c.path == Path::Weights {
-                4 * c.width
-            } else {
-                4 * c.width
+                (c.values.len() / c.width, accessors::type_name(c.width))
             };
             let (data, accessor, stride) = match quantized {
                 // The QUATERNION filter decodes to normalised shorts: both variants store them.
@@ -1010,18 +1089,17 @@ impl Writer<'_> {
                     (
                         data,
                         json!({"componentType": FLOAT, "count": count, "type": kind}),
-                        element,
+                        4 * c.width,
                     )
                 }
             };
             bytes += data.len() as u64;
-            let output = self.push(
-                asset,
-                data,
-                filtered.map(|f| (f, quantized)),
-                stride,
-                accessor,
-            );
+            let filter = match (quantized, &filtered) {
+                (Quantized::Quaternion(_), Some(f)) => Some(("QUATERNION", f.clone())),
+                (Quantized::Exponential(_), Some(f)) => Some(("EXPONENTIAL", f.clone())),
+                _ => None,
+            };
+            let output = self.place(asset, data, filter, stride, accessor);
             channels.push(json!({"sampler": samplers.len(), "target": {"node": c.node, "path": c.path.name()}}));
             samplers.push(
                 json!({"input": input, "output": output, "interpolation": c.interpolation.name()}),
@@ -1033,32 +1111,63 @@ impl Writer<'_> {
         bytes
     }
 
-    /// Appends a view and its accessor, with the meshopt codec for the view.
-    fn push(
+    /// Appends an accessor whose data goes into the group view of its stride and filter.
+    fn place(
         &mut self,
         asset: &mut Asset,
         data: Vec<u8>,
-        filtered: Option<(Vec<u8>, Quantized)>,
+        filter: Option<(&'static str, Vec<u8>)>,
         stride: usize,
         mut accessor: Value,
     ) -> usize {
-        let view = push_view(asset, data, None, None);
-        let (filter, filtered) = match filtered {
-            Some((f, Quantized::Quaternion(_))) => ("QUATERNION", Some(f)),
-            Some((f, Quantized::Exponential(_))) => ("EXPONENTIAL", Some(f)),
-            _ => ("NONE", None),
+        let (name, filtered) = match filter {
+            Some((name, bytes)) => (name, bytes),
+            None => ("NONE", data.clone()),
         };
-        self.codecs.insert(
-            view,
-            ViewCodec {
-                mode: "ATTRIBUTES",
-                filter,
-                filtered,
-                stride: Some(stride),
-            },
-        );
-        accessor["bufferView"] = json!(view);
-        push_accessor(asset, accessor)
+        let group = match self
+            .groups
+            .iter()
+            .position(|g| g.stride == stride && g.filter == name)
+        {
+            Some(g) => g,
+            None => {
+                self.groups.push(Group {
+                    stride,
+                    filter: name,
+                    data: vec![],
+                    filtered: vec![],
+                    accessors: vec![],
+                });
+                self.groups.len() - 1
+            }
+        };
+        let group = &mut self.groups[group];
+        accessor["byteOffset"] = json!(group.data.len());
+        group.data.extend_from_slice(&data);
+        group.filtered.extend_from_slice(&filtered);
+        let index = push_accessor(asset, accessor);
+        group.accessors.push(index);
+        index
+    }
+
+    /// Writes one view per group and points its accessors at it.
+    fn finish(self, asset: &mut Asset, codecs: &mut HashMap<usize, ViewCodec>) {
+        for g in self.groups {
+            let view = push_view(asset, g.data, None, None);
+            let filtered = (g.filter != "NONE").then_some(g.filtered);
+            codecs.insert(
+                view,
+                ViewCodec {
+                    mode: "ATTRIBUTES",
+                    filter: g.filter,
+                    filtered,
+                    stride: Some(g.stride),
+                },
+            );
+            for a in g.accessors {
+                asset.json["accessors"][a]["bufferView"] = json!(view);
+            }
+        }
     }
 }
 

@@ -1,37 +1,14 @@
 //! `kiln-bench geometry DIR`: Kiln's geometry stage beside gltfpack on every model under DIR,
 //! same bit settings, same run; sizes raw / gzip -9 / brotli -11, wall time, position error.
-//!
-//! gltfpack comes from npm (`worker/tests/gltf-check`, `npm install` there) or `KILN_GLTFPACK`.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use kiln_worker::gltf::{Asset, DirResources as Dir, Resources};
-use kiln_worker::stages::geometry::{GeometryOptions, MeshoptCodec, optimize_model};
 
-fn models(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for path in entries {
-        let name = path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .to_string();
-        if path.is_dir() {
-            // Malformed inputs are for the bad-input tests, not the benchmark.
-            if name != "invalid" && name != "node_modules" {
-                models(&path, out);
-            }
-        } else if name.ends_with(".glb") || name.ends_with(".gltf") {
-            out.push(path);
-        }
-    }
-}
+use super::{gltfpack, models};
+use kiln_worker::stages::geometry::{GeometryOptions, MeshoptCodec, optimize_model};
 
 /// The GLB with the bytes of some views zeroed (embedded images; with `animations`, also
 /// animation data), so compressed sizes compare what the stage under test produces: textures
@@ -124,21 +101,7 @@ fn non_image_bytes(bytes: &[u8], resources: &dyn Resources) -> usize {
     json + asset.views.iter().map(Vec::len).sum::<usize>() - images
 }
 
-fn gltfpack() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KILN_GLTFPACK") {
-        return Some(PathBuf::from(p));
-    }
-    let here =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gltf-check/node_modules/.bin/gltfpack");
-    here.exists().then_some(here)
-}
-
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() < 3 || args[1] != "geometry" {
-        eprintln!("usage: kiln-bench geometry DIR [--khr]");
-        std::process::exit(2);
-    }
+pub fn run(args: &[String]) {
     let khr = args.iter().any(|a| a == "--khr");
     // Equal bits: gltfpack -vn 10 stores tangents as 8-bit octahedral, so tangents get 8
     // bits here (Kiln's own default for tangents is 12).
@@ -150,6 +113,8 @@ fn main() {
             MeshoptCodec::Ext
         },
         tangent_bits: 8,
+        // Geometry only: animations are the animation benchmark's.
+        animation: None,
         ..defaults
     };
     let bits = |b: u32| b.to_string();

@@ -1,0 +1,57 @@
+//! `kiln-bench`: Kiln's stages beside the anchor tools, in one run, as ratios.
+//!
+//! - `kiln-bench geometry DIR [--khr]`: the geometry stage vs gltfpack;
+//! - `kiln-bench animation DIR`: the animation stage at several tolerances vs gltfpack and
+//!   glTF-Transform, bytes against error measured by the same metric.
+//!
+//! gltfpack and glTF-Transform come from npm (`worker/tests/gltf-check`, `npm ci` there);
+//! `KILN_GLTFPACK` may point at another gltfpack.
+
+mod animation;
+mod geometry;
+
+use std::path::{Path, PathBuf};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("geometry") if args.len() >= 3 => geometry::run(&args),
+        Some("animation") if args.len() >= 3 => animation::run(&args),
+        _ => {
+            eprintln!("usage: kiln-bench geometry DIR [--khr]\n       kiln-bench animation DIR");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Every model file under `dir`, sorted.
+fn models(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if path.is_dir() {
+            // Malformed inputs are for the bad-input tests, not the benchmark.
+            if name != "invalid" && name != "node_modules" {
+                models(&path, out);
+            }
+        } else if name.ends_with(".glb") || name.ends_with(".gltf") {
+            out.push(path);
+        }
+    }
+}
+
+fn gltf_check_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gltf-check")
+}
+
+fn gltfpack() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("KILN_GLTFPACK") {
+        return Some(PathBuf::from(p));
+    }
+    let here = gltf_check_dir().join("node_modules/.bin/gltfpack");
+    here.exists().then_some(here)
+}
