@@ -25,6 +25,7 @@ pub struct Config {
     pub upload: UploadLimits,
     pub unpack: UnpackLimits,
     pub worker: WorkerConfig,
+    pub animation: AnimationConfig,
     /// Ed25519 signing key file (32-byte seed, hex). Empty: `{data_dir}/keys/signing.key`,
     /// generated on first start.
     pub signing_key_file: String,
@@ -102,6 +103,7 @@ impl Default for Config {
             upload: UploadLimits::default(),
             unpack: UnpackLimits::default(),
             worker: WorkerConfig::default(),
+            animation: AnimationConfig::default(),
             signing_key_file: String::new(),
             log_json: false,
         }
@@ -137,6 +139,39 @@ impl Default for UnpackLimits {
             max_entries: 100_000,
             max_total_bytes: 4 * 1024 * 1024 * 1024,
             max_ratio: 200,
+        }
+    }
+}
+
+/// The animation stage (keyframe reduction and quantization within an error bound).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnimationConfig {
+    /// Compress animations at all (off: carried through untouched).
+    pub enabled: bool,
+    /// Error allowed on any vertex, relative to the model's bounding-box diagonal.
+    pub tolerance: f64,
+    /// The same in model units; when set (> 0) it replaces `tolerance`.
+    pub tolerance_abs: f64,
+    /// Most bits for rotations (QUATERNION filter, 4–16); fewer where the error allows.
+    pub rotation_bits: u32,
+    /// Most mantissa bits for translations and scales (EXPONENTIAL filter, 1–24).
+    pub translation_bits: u32,
+    pub scale_bits: u32,
+    /// Most mantissa bits for morph weights.
+    pub weight_bits: u32,
+}
+
+impl Default for AnimationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            tolerance: 5e-5,
+            tolerance_abs: 0.0,
+            rotation_bits: 16,
+            translation_bits: 16,
+            scale_bits: 16,
+            weight_bits: 12,
         }
     }
 }
@@ -250,6 +285,29 @@ impl Config {
             "KILN_WORKER_TRANSIENT_RETRIES" => self.worker.transient_retries = num()? as u32,
             "KILN_WORKER_STAGE_PAUSE_MS" => self.worker.stage_pause_ms = num()?,
             "KILN_WORKER_METRICS_BIND" => self.worker.metrics_bind = value.into(),
+            "KILN_ANIMATION" => self.animation.enabled = flag()?,
+            "KILN_ANIMATION_TOLERANCE" => {
+                self.animation.tolerance = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v > 0.0 && v.is_finite())
+                    .ok_or_else(|| bad("expected a positive number"))?
+            }
+            "KILN_ANIMATION_TOLERANCE_ABS" => {
+                self.animation.tolerance_abs = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v >= 0.0 && v.is_finite())
+                    .ok_or_else(|| bad("expected a number ≥ 0"))?
+            }
+            "KILN_ANIMATION_ROTATION_BITS" => {
+                self.animation.rotation_bits = num()?.clamp(4, 16) as u32
+            }
+            "KILN_ANIMATION_TRANSLATION_BITS" => {
+                self.animation.translation_bits = num()?.clamp(1, 24) as u32
+            }
+            "KILN_ANIMATION_SCALE_BITS" => self.animation.scale_bits = num()?.clamp(1, 24) as u32,
+            "KILN_ANIMATION_WEIGHT_BITS" => self.animation.weight_bits = num()?.clamp(1, 24) as u32,
             // Unknown KILN_ variables are ignored so that scripts may set their own.
             _ => {}
         }

@@ -253,7 +253,7 @@ fn apply_geometry(
                         entry.used_by = Some(variants.source.clone());
                     }
                 }
-                models.push(variants.clone());
+                models.push((**variants).clone());
             }
             ModelOutcome::Kept(path, why) => {
                 if let Some(entry) = inventory.entries.iter_mut().find(|e| &e.path == path) {

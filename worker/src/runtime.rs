@@ -3,13 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_common::config::Config;
+use kiln_common::config::{AnimationConfig, Config};
 use kiln_common::db::Db;
 use kiln_common::signing::{KeyOrigin, ManifestSigner};
 use kiln_common::storage::Storage;
 
 use crate::job::JobContext;
 use crate::pipeline::PipelineOptions;
+use crate::stages::animation::{AnimationOptions, Tolerance};
+use crate::stages::geometry::GeometryOptions;
 
 /// The pipeline options a configuration implies.
 pub fn pipeline_options(config: &Config) -> PipelineOptions {
@@ -17,8 +19,28 @@ pub fn pipeline_options(config: &Config) -> PipelineOptions {
         unpack: config.unpack.clone(),
         cdn_base: format!("{}/cdn", config.public_url()),
         stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
+        geometry: GeometryOptions {
+            animation: animation_options(&config.animation),
+            ..GeometryOptions::default()
+        },
         ..PipelineOptions::default()
     }
+}
+
+/// The animation stage's options from the `[animation]` configuration.
+pub fn animation_options(config: &AnimationConfig) -> Option<AnimationOptions> {
+    config.enabled.then(|| AnimationOptions {
+        tolerance: if config.tolerance_abs > 0.0 {
+            Tolerance::Absolute(config.tolerance_abs)
+        } else {
+            Tolerance::Relative(config.tolerance)
+        },
+        rotation_bits: config.rotation_bits.clamp(4, 16),
+        translation_bits: config.translation_bits.clamp(1, 24),
+        scale_bits: config.scale_bits.clamp(1, 24),
+        weight_bits: config.weight_bits.clamp(1, 24),
+        ..AnimationOptions::default()
+    })
 }
 
 /// Loads (or, on first start, generates) the signing key and publishes its public half.

@@ -308,16 +308,13 @@ pub fn read_clip(
         let width = match path {
             Path::Translation | Path::Scale => 3,
             Path::Rotation => 4,
-            Path::Weights => {
-                let mesh_targets = asset.array("nodes")[node]
-                    .get("mesh")
-                    .and_then(Value::as_u64)
-                    .and_then(|m| morph_targets(m as usize))
-                    .ok_or_else(|| {
-                        invalid(&what, "animates weights of a node without morph targets")
-                    })?;
-                mesh_targets
-            }
+            Path::Weights => asset.array("nodes")[node]
+                .get("mesh")
+                .and_then(Value::as_u64)
+                .and_then(|m| morph_targets(m as usize))
+                .ok_or_else(|| {
+                    invalid(&what, "animates weights of a node without morph targets")
+                })?,
         };
         if path != Path::Weights && out_layout.components != width {
             return Err(invalid(

@@ -106,7 +106,8 @@ pub fn clip_error(
     )
 }
 
-fn summarise(
+/// Statistics of every (sample, point) error of one clip.
+pub fn summarise(
     rig: &Rig,
     source: &Clip,
     compressed: &Clip,
@@ -177,7 +178,23 @@ pub fn node_map(source: &Asset, output: &Asset) -> Vec<Option<usize>> {
     };
     let (ns, no) = (source.array("nodes").len(), output.array("nodes").len());
     let parents = parents(output);
-    if no >= ns && (0..ns).all(|i| name(source, i) == name(output, i)) {
+    // Same index, same name, and every animated node at its source's rest transform.
+    let animated: std::collections::BTreeSet<usize> = output
+        .array("animations")
+        .iter()
+        .flat_map(|a| a["channels"].as_array().into_iter().flatten())
+        .filter(|c| c["target"]["path"] != "weights")
+        .filter_map(|c| {
+            c.pointer("/target/node")
+                .and_then(Value::as_u64)
+                .map(|n| n as usize)
+        })
+        .collect();
+    let same_rest = |s: usize, o: usize| rest_key(source, s) == rest_key(output, o);
+    let identity = no >= ns
+        && (0..ns).all(|i| name(source, i) == name(output, i))
+        && animated.iter().all(|&n| n >= ns || same_rest(n, n));
+    if identity {
         return (0..no)
             .map(|mut n| {
                 for _ in 0..no {
@@ -190,20 +207,68 @@ pub fn node_map(source: &Asset, output: &Asset) -> Vec<Option<usize>> {
             })
             .collect();
     }
-    let unique = |a: &Asset, count: usize| {
-        let mut seen: std::collections::HashMap<String, Option<usize>> =
-            std::collections::HashMap::new();
-        for n in 0..count {
-            if let Some(key) = name(a, n) {
-                seen.entry(key).and_modify(|v| *v = None).or_insert(Some(n));
-            }
-        }
-        seen
-    };
-    let by_name = unique(source, ns);
+    // Otherwise: the one source node with the same name (or both unnamed) and the same rest
+    // transform; for a mesh node, the one source node with that many morph targets.
     (0..no)
-        .map(|n| name(output, n).and_then(|key| by_name.get(&key).copied().flatten()))
+        .map(|o| {
+            let candidates: Vec<usize> = (0..ns)
+                .filter(|&s| name(source, s) == name(output, o))
+                .collect();
+            let by_name = match candidates.as_slice() {
+                [only] if name(output, o).is_some() => Some(*only),
+                _ => None,
+            };
+            by_name
+                .or_else(|| {
+                    let exact: Vec<usize> = candidates
+                        .iter()
+                        .copied()
+                        .filter(|&s| same_rest(s, o))
+                        .collect();
+                    (exact.len() == 1).then(|| exact[0])
+                })
+                .or_else(|| {
+                    let mesh = output.array("nodes")[o]
+                        .get("mesh")
+                        .and_then(Value::as_u64)?;
+                    let targets = morph_targets(output, mesh as usize)?;
+                    let with: Vec<usize> = (0..ns)
+                        .filter(|&s| {
+                            source.array("nodes")[s]
+                                .get("mesh")
+                                .and_then(Value::as_u64)
+                                .and_then(|m| morph_targets(source, m as usize))
+                                == Some(targets)
+                        })
+                        .collect();
+                    (with.len() == 1).then(|| with[0])
+                })
+        })
         .collect()
+}
+
+/// A node's rest transform, rounded so float noise of a rewrite doesn't count.
+fn rest_key(asset: &Asset, n: usize) -> Vec<i64> {
+    let node = &asset.array("nodes")[n];
+    let mut out = Vec::new();
+    for (key, default) in [
+        ("translation", &[0.0, 0.0, 0.0][..]),
+        ("rotation", &[0.0, 0.0, 0.0, 1.0][..]),
+        ("scale", &[1.0, 1.0, 1.0][..]),
+    ] {
+        let values: Vec<f64> = match node.get(key).and_then(Value::as_array) {
+            Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(0.0)).collect(),
+            None => default.to_vec(),
+        };
+        out.extend(values.iter().map(|v| (v * 1e4).round() as i64));
+    }
+    if let Some(m) = node.get("matrix").and_then(Value::as_array) {
+        out.extend(
+            m.iter()
+                .map(|v| (v.as_f64().unwrap_or(0.0) * 1e4).round() as i64),
+        );
+    }
+    out
 }
 
 fn parents(asset: &Asset) -> Vec<Option<usize>> {

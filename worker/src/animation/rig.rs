@@ -453,7 +453,7 @@ impl Rig {
         } else {
             (hi - lo).length()
         };
-        if !(rig.diagonal > 0.0) {
+        if rig.diagonal.is_nan() || rig.diagonal <= 0.0 {
             // No geometry: measure the skeleton's own extent instead.
             let origins: Vec<DVec3> = rig
                 .order

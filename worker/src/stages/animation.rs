@@ -256,7 +256,7 @@ impl Work {
     }
 
     /// Back to every candidate key, stored at full precision.
-    fn to_float(&mut self, source: &Channel) {
+    fn make_float(&mut self, source: &Channel) {
         if self.cubic.is_some() || self.quantized == Quantized::Float {
             return;
         }
@@ -372,6 +372,20 @@ impl<'a> State<'a> {
                 worst = worst.max(point_error(&self.reference[s][m], &world, reach));
                 if worst > limit {
                     return worst;
+                }
+            }
+        }
+        worst
+    }
+
+    /// Largest error of any node's virtual vertices over all samples, as the pose is now.
+    fn max_error(&self) -> f64 {
+        let mut worst: f64 = 0.0;
+        for s in 0..self.times.len() {
+            for &n in &self.rig.order {
+                let reach = self.rig.reach[n];
+                if reach > 0.0 {
+                    worst = worst.max(point_error(&self.reference[s][n], &self.world[s][n], reach));
                 }
             }
         }
@@ -631,10 +645,9 @@ fn quantize_times(times: &[f32]) -> Option<(Vec<u8>, Vec<f32>)> {
     ordered.then_some((filtered, decoded))
 }
 
-/// Quantizes `w` with the fewest bits that keep it within `limit` on its own.
-fn choose_bits(state: &mut State, w: &mut Work, source: &Channel, limit: f64) {
-    let raw = raw_values(source, w.path, w.width, &w.times);
-    let ladder: Vec<Quantized> = match w.quantized {
+/// The quantizations a channel may get, coarsest first (plain floats come after the last).
+fn ladder(w: &Work) -> Vec<Quantized> {
+    match w.quantized {
         // Past 16 bits, rotations stay floats through the EXPONENTIAL filter (finer, still
         // compressible) before plain floats.
         Quantized::Quaternion(max) => (8..=max.clamp(4, 16))
@@ -649,28 +662,49 @@ fn choose_bits(state: &mut State, w: &mut Work, source: &Channel, limit: f64) {
             .map(Quantized::Exponential)
             .collect(),
         Quantized::Float => vec![],
-    };
+    }
+}
+
+/// The first step of `ladder` that keeps `w` within `limit` on its own (the rest exact);
+/// `ladder.len()` when none does.
+fn first_fitting(
+    state: &mut State,
+    w: &Work,
+    source: &Channel,
+    ladder: &[Quantized],
+    limit: f64,
+) -> usize {
     let target = (w.node, w.path, w.width);
     let all = 0..state.times.len();
-    for how in ladder {
-        let (filtered, values) = quantize(&raw, w.width, how);
-        let trial = Work {
-            values,
-            ..w.clone()
-        };
+    for (step, &how) in ladder.iter().enumerate() {
+        let mut trial = w.clone();
+        set_quantization(&mut trial, source, Some(how));
         let c = trial.channel().expect("not dropped yet");
         if state.try_values(target, all.clone(), limit, false, &|t, out| {
             c.sample(t, out)
         }) {
-            *w = Work {
-                filtered,
-                quantized: how,
-                ..trial
-            };
-            return;
+            return step;
         }
     }
-    w.to_float(source);
+    ladder.len()
+}
+
+/// Quantizes every candidate key of `w` as `how` says (`None`: plain floats).
+fn set_quantization(w: &mut Work, source: &Channel, how: Option<Quantized>) {
+    match how {
+        Some(how) => {
+            let raw = raw_values(source, w.path, w.width, &w.times);
+            let (filtered, values) = quantize(&raw, w.width, how);
+            w.values = values;
+            w.filtered = filtered;
+            w.quantized = how;
+        }
+        None => {
+            w.values = raw_values(source, w.path, w.width, &w.times);
+            w.filtered = None;
+            w.quantized = Quantized::Float;
+        }
+    }
 }
 
 /// Quantizes values as the meshopt variant stores them: (filter input, decoded floats).
@@ -746,21 +780,58 @@ fn reduce(state: &mut State, work: &mut Work, limit: f64, rest: &[f64]) {
     }
 }
 
-/// Per-sample largest error of the exact metric.
-fn sample_errors(rig: &Rig, source: &Clip, output: &Clip, times: &[f64]) -> Vec<f64> {
+/// The source's points at every sample, kept when they fit in this many floats (else
+/// recomputed on each measurement).
+const SOURCE_CACHE_FLOATS: usize = 12 << 20;
+
+fn source_points(rig: &Rig, source: &Clip, times: &[f64]) -> Option<Vec<Vec<[f32; 3]>>> {
+    let mut pose = rig.rest_pose();
+    let mut points = Vec::new();
+    let mut out = Vec::with_capacity(times.len());
+    for &t in times {
+        rig.pose_at(source, t, &mut pose);
+        rig.points(&pose, &mut points);
+        if out.is_empty() && points.len() * 3 * times.len() > SOURCE_CACHE_FLOATS {
+            return None;
+        }
+        out.push(points.iter().map(|p| p.as_vec3().to_array()).collect());
+    }
+    Some(out)
+}
+
+/// The exact metric: per sample, the largest error, and every (sample, point) error.
+fn measure(
+    rig: &Rig,
+    source: &Clip,
+    cache: Option<&[Vec<[f32; 3]>]>,
+    output: &Clip,
+    times: &[f64],
+) -> (Vec<f64>, Vec<f32>) {
     let mut a = rig.rest_pose();
     let mut b = a.clone();
     let (mut pa, mut pb) = (Vec::new(), Vec::new());
-    times
-        .iter()
-        .map(|&t| {
-            rig.pose_at(source, t, &mut a);
-            rig.pose_at(output, t, &mut b);
-            rig.points(&a, &mut pa);
-            rig.points(&b, &mut pb);
-            metric::max_distance(&pa, &pb)
-        })
-        .collect()
+    let mut per_sample = Vec::with_capacity(times.len());
+    let mut all = Vec::new();
+    for (s, &t) in times.iter().enumerate() {
+        rig.pose_at(output, t, &mut b);
+        rig.points(&b, &mut pb);
+        let start = all.len();
+        match cache {
+            Some(cache) => all.extend(
+                cache[s]
+                    .iter()
+                    .zip(&pb)
+                    .map(|(x, y)| (glam::DVec3::from(x.map(f64::from)) - *y).length() as f32),
+            ),
+            None => {
+                rig.pose_at(source, t, &mut a);
+                rig.points(&a, &mut pa);
+                all.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
+            }
+        }
+        per_sample.push(all[start..].iter().copied().fold(0f32, f32::max) as f64);
+    }
+    (per_sample, all)
 }
 
 fn assemble(name: &str, works: &[Work]) -> Clip {
@@ -795,7 +866,7 @@ fn refine(works: &mut [Work], sources: &[Channel], failing: &[f64], round: usize
             w.dropped = false;
             w.kept = (0..w.times.len()).collect();
             if round >= 4 {
-                w.to_float(source);
+                w.make_float(source);
             }
             continue;
         }
@@ -894,16 +965,42 @@ fn compress_clip(
     } else {
         1.0
     };
-    // Quantization alone must leave room: each channel gets the fewest bits (up to the
-    // configured ones) whose error, measured alone with the rest exact, stays within 40 % of
-    // the budget; a channel that no bit count satisfies is stored as floats.
-    for (w, source) in works.iter_mut().zip(&clip.channels) {
-        choose_bits(&mut state, w, source, tolerance * share * 0.4);
+    // Quantization must leave room for key reduction: each channel starts with the fewest
+    // bits (up to the configured ones) whose error, alone with the rest exact, is within 40 %
+    // of the budget; errors add up down a joint chain, so while all channels quantized
+    // together exceed half the budget, every channel gets a finer step.
+    let ladders: Vec<Vec<Quantized>> = works.iter().map(ladder).collect();
+    let mut steps: Vec<usize> = Vec::with_capacity(works.len());
+    for ((w, source), ladder) in works.iter().zip(&clip.channels).zip(&ladders) {
+        steps.push(first_fitting(
+            &mut state,
+            w,
+            source,
+            ladder,
+            tolerance * share * 0.4,
+        ));
     }
-    for (w, rest) in works.iter().zip(&rests) {
-        state.set_channel(w, rest);
+    loop {
+        for (((w, source), ladder), &step) in works
+            .iter_mut()
+            .zip(&clip.channels)
+            .zip(&ladders)
+            .zip(&steps)
+        {
+            set_quantization(w, source, ladder.get(step).copied());
+        }
+        for (w, rest) in works.iter().zip(&rests) {
+            state.set_channel(w, rest);
+        }
+        state.recompose();
+        let finest = steps.iter().zip(&ladders).all(|(&s, l)| s >= l.len());
+        if finest || state.max_error() <= tolerance * share * 0.5 {
+            break;
+        }
+        for (step, ladder) in steps.iter_mut().zip(&ladders) {
+            *step = (*step + 1).min(ladder.len());
+        }
     }
-    state.recompose();
     // Budget passes: every channel gets half first, then the rest of what is left.
     for fraction in [0.5, 0.93] {
         for i in hierarchy_order(rig, &works) {
@@ -924,11 +1021,17 @@ fn compress_clip(
             w.cubic = Some(source.clone());
         }
     }
+    // Durations never change: some channel ends at the clip's end.
+    keep_end(rig, &mut works, range);
     // Verification with the exact metric; keys go back around failing samples.
+    let cache = source_points(rig, clip, &state.times);
     let mut output = assemble(&clip.name, &works);
-    for round in 0..6 {
-        let errors = sample_errors(rig, clip, &output, &state.times);
-        let failing: Vec<f64> = errors
+    let mut errors;
+    let mut round = 0;
+    loop {
+        let (per_sample, all) = measure(rig, clip, cache.as_deref(), &output, &state.times);
+        errors = all;
+        let failing: Vec<f64> = per_sample
             .iter()
             .zip(&state.times)
             // A 2 % margin: other samplers (three.js in float32, at times between ours)
@@ -936,15 +1039,24 @@ fn compress_clip(
             .filter(|(e, _)| **e > 0.98 * tolerance)
             .map(|(_, &t)| t)
             .collect();
-        if failing.is_empty() {
+        if failing.is_empty() || round == 6 {
             break;
         }
         refine(&mut works, &clip.channels, &failing, round);
+        keep_end(rig, &mut works, range);
         output = assemble(&clip.name, &works);
+        round += 1;
     }
-    keep_end(rig, &mut works, range);
-    output = assemble(&clip.name, &works);
-    let measured = metric::clip_error(rig, clip, &output, &state.times, tolerance);
+    let points = errors.len() / state.times.len().max(1);
+    let measured = metric::summarise(
+        rig,
+        clip,
+        &output,
+        state.times.len(),
+        points,
+        errors,
+        tolerance,
+    );
     let report = ClipReport {
         name: clip.name.clone(),
         keys_before: clip.keys() as u64,
@@ -1193,8 +1305,8 @@ mod tests {
             };
             let count = nodes.len();
             let mut nodes = nodes;
-            for i in 0..count - 1 {
-                nodes[i]["children"] = json!([i + 1]);
+            for (i, node) in nodes.iter_mut().enumerate().take(count - 1) {
+                node["children"] = json!([i + 1]);
             }
             nodes[count - 1]["mesh"] = json!(0);
             f.json["nodes"] = Value::Array(nodes);
@@ -1486,7 +1598,8 @@ mod tests {
 
     #[test]
     fn bad_animation_data_is_a_clear_error() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Fixture)>)> = vec![
+        type Build = Box<dyn Fn(&mut Fixture)>;
+        let cases: Vec<(&str, Build)> = vec![
             (
                 "not strictly increasing",
                 Box::new(|f| f.clip(0, "translation", "LINEAR", &[0.0, 1.0, 1.0], &[0.0; 9])),

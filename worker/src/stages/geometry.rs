@@ -2095,7 +2095,7 @@ pub struct GeometryReport {
 /// What happened to each model file, for the build report.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelOutcome {
-    Optimized(ModelVariants),
+    Optimized(Box<ModelVariants>),
     /// Copied through unchanged, with the reason.
     Kept(String, String),
     /// Could not be read: this file fails, the build goes on.
@@ -2203,12 +2203,12 @@ pub fn run(
                 report.meshopt_bytes += model.report.meshopt_bytes;
                 tree.files.extend(added);
                 tree.files.sort_by(|a, b| a.path.cmp(&b.path));
-                outcomes.push(ModelOutcome::Optimized(ModelVariants {
+                outcomes.push(ModelOutcome::Optimized(Box::new(ModelVariants {
                     source: entry.path.clone(),
                     quantized,
                     meshopt,
                     report: model.report,
-                }));
+                })));
             }
             Err(ModelError::Unsupported(ext)) => {
                 report.kept_unchanged += 1;

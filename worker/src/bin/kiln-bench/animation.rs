@@ -275,8 +275,8 @@ pub fn run(args: &[String]) {
             ));
         }
         println!(
-            "| {:<32} | {:>9} | {:>9} | {:>10} | {:>10} | {:>9} | {:>8} | {}",
-            "output", "bytes", "gzip", "max err", "p99 err", "durations", "ms", "note"
+            "| {:<32} | {:>9} | {:>9} | {:>10} | {:>10} | {:>9} | {:>8} | note",
+            "output", "bytes", "gzip", "max err", "p99 err", "durations", "ms"
         );
         println!(
             "|{:-<34}|{:->11}|{:->11}|{:->12}|{:->12}|{:->11}|{:->10}|---",
