@@ -166,3 +166,50 @@ fn stage_output_is_within_tolerance_by_our_metric_and_by_three_js() {
     }
     eprintln!("{}", lines.join("\n"));
 }
+
+/// The pipeline's variants (animation stage, then geometry) keep the animation within the
+/// tolerance: measured on the source's vertices with each variant's animations (the geometry
+/// stage moves meshes into child nodes and reorders vertices; the metric maps nodes back).
+#[test]
+fn pipeline_variants_keep_the_animation_bound() {
+    use kiln_worker::animation::metric::{MetricOptions, compare};
+    use kiln_worker::gltf::{Asset, DirResources};
+    use kiln_worker::stages::geometry::{GeometryOptions, optimize_model};
+    for model in support::models() {
+        let source = read_path(&model).unwrap();
+        if source.array("animations").is_empty() {
+            continue;
+        }
+        let bytes = std::fs::read(&model).unwrap();
+        let resources = DirResources(model.parent().unwrap().to_owned());
+        let out = optimize_model(&bytes, &resources, &GeometryOptions::default()).unwrap();
+        let report = out
+            .report
+            .animation
+            .as_ref()
+            .expect("the animation stage ran");
+        for (variant, data) in [("quantized", &out.quantized), ("meshopt", &out.meshopt)] {
+            let output = Asset::read(data, &resources).unwrap();
+            let (rig, clips) = compare(&source, &output, &MetricOptions::default(), None, 5e-5)
+                .unwrap_or_else(|e| panic!("{}: {variant}: {e}", model.display()));
+            for (c, r) in clips.iter().zip(&report.clips) {
+                assert!(
+                    c.max <= 5e-5 * rig.diagonal,
+                    "{}: {variant}: {} {:.3e}",
+                    model.display(),
+                    c.name,
+                    c.max_relative
+                );
+                assert_eq!(c.duration_source, c.duration_output);
+                // The report tells the truth.
+                assert!(
+                    (c.max - r.max_error).abs() <= 1e-6 * rig.diagonal,
+                    "{}: report {} vs measured {}",
+                    model.display(),
+                    r.max_error,
+                    c.max
+                );
+            }
+        }
+    }
+}
