@@ -21,7 +21,7 @@ import { performance } from 'node:perf_hooks';
 
 import { Logger, NodeIO } from '@gltf-transform/core';
 import { ALL_EXTENSIONS } from '@gltf-transform/extensions';
-import { meshopt, resample } from '@gltf-transform/functions';
+import { meshopt, resample, unpartition } from '@gltf-transform/functions';
 import { MeshoptDecoder, MeshoptEncoder } from 'meshoptimizer';
 
 // stdout carries exactly one JSON line: glTF-Transform logs with console.info.
@@ -65,6 +65,8 @@ async function main(argv) {
   const transforms = [];
   if (doResample) transforms.push(resample());
   if (doMeshopt) transforms.push(meshopt({ encoder: MeshoptEncoder, level: 'high' }));
+  // A GLB holds one buffer: files with several (data URIs, split .bin) are merged first.
+  transforms.push(unpartition());
   if (transforms.length) await document.transform(...transforms);
   const t2 = performance.now();
   const glb = await io.writeBinary(document);
