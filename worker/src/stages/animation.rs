@@ -855,11 +855,16 @@ fn hierarchy_order(rig: &Rig, works: &[Work]) -> Vec<usize> {
     order
 }
 
-/// Puts keys back around every time in `failing` (all of them from round 3 on, full
-/// precision from round 4 on).
+/// Puts keys back around every time in `failing` (dropped channels from round 1 on, all keys
+/// from round 3 on, full precision from round 4 on).
 fn refine(works: &mut [Work], sources: &[Channel], failing: &[f64], round: usize) {
     for (w, source) in works.iter_mut().zip(sources) {
         if w.cubic.is_some() {
+            continue;
+        }
+        // Dropped channels come back (whole) only if putting keys back around the failing
+        // samples was not enough.
+        if w.dropped && round < 1 {
             continue;
         }
         if round >= 3 || w.dropped {
