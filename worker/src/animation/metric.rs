@@ -84,26 +84,71 @@ pub fn clip_error(
     times: &[f64],
     tolerance: f64,
 ) -> ClipError {
-    let mut a = rig.rest_pose();
-    let mut b = a.clone();
-    let (mut pa, mut pb) = (Vec::new(), Vec::new());
-    let mut errors: Vec<f32> = Vec::new();
-    for &t in times {
-        rig.pose_at(source, t, &mut a);
-        rig.pose_at(compressed, t, &mut b);
-        rig.points(&a, &mut pa);
-        rig.points(&b, &mut pb);
-        errors.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
-    }
+    let (_, errors) = measure(rig, source, None, compressed, times);
+    let points = errors.len() / times.len().max(1);
     summarise(
         rig,
         source,
         compressed,
         times.len(),
-        pa.len(),
+        points,
         errors,
         tolerance,
     )
+}
+
+/// The source's points at every sample, kept when they fit in this many floats (else
+/// recomputed on each measurement).
+pub const SOURCE_CACHE_FLOATS: usize = 12 << 20;
+
+pub fn source_points(rig: &Rig, source: &Clip, times: &[f64]) -> Option<Vec<Vec<[f32; 3]>>> {
+    let mut pose = rig.rest_pose();
+    let mut points = Vec::new();
+    let mut out = Vec::with_capacity(times.len());
+    for &t in times {
+        rig.pose_at(source, t, &mut pose);
+        rig.points(&pose, &mut points);
+        if out.is_empty() && points.len() * 3 * times.len() > SOURCE_CACHE_FLOATS {
+            return None;
+        }
+        out.push(points.iter().map(|p| p.as_vec3().to_array()).collect());
+    }
+    Some(out)
+}
+
+/// The exact metric: per sample, the largest error, and every (sample, point) error.
+pub fn measure(
+    rig: &Rig,
+    source: &Clip,
+    cache: Option<&[Vec<[f32; 3]>]>,
+    output: &Clip,
+    times: &[f64],
+) -> (Vec<f64>, Vec<f32>) {
+    let mut a = rig.rest_pose();
+    let mut b = a.clone();
+    let (mut pa, mut pb) = (Vec::new(), Vec::new());
+    let mut per_sample = Vec::with_capacity(times.len());
+    let mut all = Vec::new();
+    for (s, &t) in times.iter().enumerate() {
+        rig.pose_at(output, t, &mut b);
+        rig.points(&b, &mut pb);
+        let start = all.len();
+        match cache {
+            Some(cache) => all.extend(
+                cache[s]
+                    .iter()
+                    .zip(&pb)
+                    .map(|(x, y)| (DVec3::from(x.map(f64::from)) - *y).length() as f32),
+            ),
+            None => {
+                rig.pose_at(source, t, &mut a);
+                rig.points(&a, &mut pa);
+                all.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
+            }
+        }
+        per_sample.push(all[start..].iter().copied().fold(0f32, f32::max) as f64);
+    }
+    (per_sample, all)
 }
 
 /// Statistics of every (sample, point) error of one clip.

@@ -101,56 +101,41 @@ pub struct Pose {
     pub world: Vec<DMat4>,
 }
 
-fn triple(node: &Value, key: &str, default: DVec3, what: &str) -> Result<DVec3, GltfError> {
-    match node.get(key) {
-        None => Ok(default),
-        Some(v) => {
-            let a: Vec<f64> = v
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_f64)
-                .collect();
-            if a.len() != 3 || a.iter().any(|x| !x.is_finite()) {
-                return Err(invalid(what, format!("{key} is not three finite numbers")));
-            }
-            Ok(DVec3::new(a[0], a[1], a[2]))
-        }
+/// `node[key]` as exactly `count` finite numbers (`None` when absent).
+fn numbers(
+    node: &Value,
+    key: &str,
+    count: usize,
+    what: &str,
+) -> Result<Option<Vec<f64>>, GltfError> {
+    let Some(v) = node.get(key) else {
+        return Ok(None);
+    };
+    let a: Vec<f64> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_f64)
+        .collect();
+    if a.len() != count || a.iter().any(|x| !x.is_finite()) {
+        return Err(invalid(
+            what,
+            format!("{key} is not {count} finite numbers"),
+        ));
     }
+    Ok(Some(a))
+}
+
+fn triple(node: &Value, key: &str, default: DVec3, what: &str) -> Result<DVec3, GltfError> {
+    Ok(numbers(node, key, 3, what)?.map_or(default, |a| DVec3::new(a[0], a[1], a[2])))
 }
 
 fn read_node(node: &Value, what: &str) -> Result<Node, GltfError> {
     let index = |key: &str| node.get(key).and_then(Value::as_u64).map(|v| v as usize);
-    let matrix = match node.get("matrix") {
-        None => None,
-        Some(m) => {
-            let v: Vec<f64> = m
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_f64)
-                .collect();
-            if v.len() != 16 || v.iter().any(|x| !x.is_finite()) {
-                return Err(invalid(what, "matrix is not 16 finite numbers"));
-            }
-            Some(DMat4::from_cols_slice(&v))
-        }
-    };
-    let rotation = match node.get("rotation") {
-        None => DQuat::IDENTITY,
-        Some(v) => {
-            let a: Vec<f64> = v
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_f64)
-                .collect();
-            if a.len() != 4 || a.iter().any(|x| !x.is_finite()) {
-                return Err(invalid(what, "rotation is not four finite numbers"));
-            }
-            DQuat::from_xyzw(a[0], a[1], a[2], a[3])
-        }
-    };
+    let matrix = numbers(node, "matrix", 16, what)?.map(|v| DMat4::from_cols_slice(&v));
+    let rotation = numbers(node, "rotation", 4, what)?.map_or(DQuat::IDENTITY, |a| {
+        DQuat::from_xyzw(a[0], a[1], a[2], a[3])
+    });
     let weights = node
         .get("weights")
         .and_then(Value::as_array)

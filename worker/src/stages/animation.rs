@@ -780,60 +780,6 @@ fn reduce(state: &mut State, work: &mut Work, limit: f64, rest: &[f64]) {
     }
 }
 
-/// The source's points at every sample, kept when they fit in this many floats (else
-/// recomputed on each measurement).
-const SOURCE_CACHE_FLOATS: usize = 12 << 20;
-
-fn source_points(rig: &Rig, source: &Clip, times: &[f64]) -> Option<Vec<Vec<[f32; 3]>>> {
-    let mut pose = rig.rest_pose();
-    let mut points = Vec::new();
-    let mut out = Vec::with_capacity(times.len());
-    for &t in times {
-        rig.pose_at(source, t, &mut pose);
-        rig.points(&pose, &mut points);
-        if out.is_empty() && points.len() * 3 * times.len() > SOURCE_CACHE_FLOATS {
-            return None;
-        }
-        out.push(points.iter().map(|p| p.as_vec3().to_array()).collect());
-    }
-    Some(out)
-}
-
-/// The exact metric: per sample, the largest error, and every (sample, point) error.
-fn measure(
-    rig: &Rig,
-    source: &Clip,
-    cache: Option<&[Vec<[f32; 3]>]>,
-    output: &Clip,
-    times: &[f64],
-) -> (Vec<f64>, Vec<f32>) {
-    let mut a = rig.rest_pose();
-    let mut b = a.clone();
-    let (mut pa, mut pb) = (Vec::new(), Vec::new());
-    let mut per_sample = Vec::with_capacity(times.len());
-    let mut all = Vec::new();
-    for (s, &t) in times.iter().enumerate() {
-        rig.pose_at(output, t, &mut b);
-        rig.points(&b, &mut pb);
-        let start = all.len();
-        match cache {
-            Some(cache) => all.extend(
-                cache[s]
-                    .iter()
-                    .zip(&pb)
-                    .map(|(x, y)| (glam::DVec3::from(x.map(f64::from)) - *y).length() as f32),
-            ),
-            None => {
-                rig.pose_at(source, t, &mut a);
-                rig.points(&a, &mut pa);
-                all.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
-            }
-        }
-        per_sample.push(all[start..].iter().copied().fold(0f32, f32::max) as f64);
-    }
-    (per_sample, all)
-}
-
 fn assemble(name: &str, works: &[Work]) -> Clip {
     Clip {
         name: name.to_string(),
@@ -1029,12 +975,12 @@ fn compress_clip(
     // Durations never change: some channel ends at the clip's end.
     keep_end(rig, &mut works, range);
     // Verification with the exact metric; keys go back around failing samples.
-    let cache = source_points(rig, clip, &state.times);
+    let cache = metric::source_points(rig, clip, &state.times);
     let mut output = assemble(&clip.name, &works);
     let mut errors;
     let mut round = 0;
     loop {
-        let (per_sample, all) = measure(rig, clip, cache.as_deref(), &output, &state.times);
+        let (per_sample, all) = metric::measure(rig, clip, cache.as_deref(), &output, &state.times);
         errors = all;
         let failing: Vec<f64> = per_sample
             .iter()
@@ -1292,12 +1238,11 @@ impl Writer {
 mod tests {
     use super::*;
     use crate::animation::metric::compare;
-    use crate::gltf::{NoResources, write_glb};
+    use crate::gltf::NoResources;
 
     /// A small model built in code: a box mesh under a chain of nodes, and animations.
     struct Fixture {
-        json: Value,
-        bin: Vec<u8>,
+        asset: Asset,
     }
 
     impl Fixture {
@@ -1305,8 +1250,10 @@ mod tests {
         /// `size`) hangs on the last node.
         fn new(nodes: Vec<Value>, size: f32) -> Self {
             let mut f = Self {
-                json: json!({"asset": {"version": "2.0"}, "scene": 0}),
-                bin: Vec::new(),
+                asset: Asset {
+                    json: json!({"asset": {"version": "2.0"}, "scene": 0}),
+                    views: Vec::new(),
+                },
             };
             let count = nodes.len();
             let mut nodes = nodes;
@@ -1314,8 +1261,8 @@ mod tests {
                 node["children"] = json!([i + 1]);
             }
             nodes[count - 1]["mesh"] = json!(0);
-            f.json["nodes"] = Value::Array(nodes);
-            f.json["scenes"] = json!([{"nodes": [0]}]);
+            f.asset.json["nodes"] = Value::Array(nodes);
+            f.asset.json["scenes"] = json!([{"nodes": [0]}]);
             let s = size;
             let corners: Vec<f32> = (0..8)
                 .flat_map(|i| {
@@ -1327,24 +1274,15 @@ mod tests {
                 })
                 .collect();
             let position = f.accessor(&corners, "VEC3", true);
-            f.json["meshes"] =
+            f.asset.json["meshes"] =
                 json!([{"primitives": [{"attributes": {"POSITION": position}, "mode": 0}]}]);
-            f.json["animations"] = json!([]);
+            f.asset.json["animations"] = json!([]);
             f
         }
 
         fn accessor(&mut self, values: &[f32], kind: &str, bounds: bool) -> usize {
-            let offset = self.bin.len();
-            self.bin.extend(values.iter().flat_map(|v| v.to_le_bytes()));
-            let views = self
-                .json
-                .as_object_mut()
-                .unwrap()
-                .entry("bufferViews")
-                .or_insert(json!([]));
-            let views = views.as_array_mut().unwrap();
-            views.push(json!({"buffer": 0, "byteOffset": offset, "byteLength": values.len() * 4}));
-            let view = views.len() - 1;
+            let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let view = push_view(&mut self.asset, data, None, None);
             let components = accessors::components_of(kind).unwrap();
             let mut a = json!({"bufferView": view, "componentType": FLOAT, "count": values.len() / components, "type": kind});
             if bounds {
@@ -1360,15 +1298,7 @@ mod tests {
                 a["min"] = json!(lo);
                 a["max"] = json!(hi);
             }
-            let list = self
-                .json
-                .as_object_mut()
-                .unwrap()
-                .entry("accessors")
-                .or_insert(json!([]));
-            let list = list.as_array_mut().unwrap();
-            list.push(a);
-            list.len() - 1
+            push_accessor(&mut self.asset, a)
         }
 
         /// Adds a one-channel clip.
@@ -1380,7 +1310,7 @@ mod tests {
             times: &[f32],
             values: &[f32],
         ) {
-            self.json["animations"]
+            self.asset.json["animations"]
                 .as_array_mut()
                 .unwrap()
                 .push(json!({"samplers": [], "channels": []}));
@@ -1403,7 +1333,7 @@ mod tests {
                 _ => "VEC3",
             };
             let output = self.accessor(values, kind, false);
-            let animation = self.json["animations"]
+            let animation = self.asset.json["animations"]
                 .as_array_mut()
                 .unwrap()
                 .last_mut()
@@ -1420,9 +1350,8 @@ mod tests {
         }
 
         fn asset(&self) -> Asset {
-            let mut json = self.json.clone();
-            json["buffers"] = json!([{"byteLength": self.bin.len()}]);
-            Asset::read(&write_glb(&json, Some(&self.bin)), &NoResources).unwrap()
+            // Through a GLB and back: the stage reads what a file would hold.
+            Asset::read(&self.asset.to_glb(), &NoResources).unwrap()
         }
     }
 

@@ -112,56 +112,69 @@ fn measure(
     }
 }
 
+impl Row {
+    /// An output file's measurements.
+    fn measured(
+        tool: String,
+        output: &[u8],
+        source: &Asset,
+        resources: &dyn Resources,
+        ms: f64,
+    ) -> Self {
+        let payload = animation_payload(output, resources);
+        let (error, durations_changed, note) = measure(source, output, resources);
+        Row {
+            tool,
+            bytes: payload.len(),
+            gzip: gzip(&payload),
+            error,
+            durations_changed,
+            ms,
+            note,
+        }
+    }
+
+    /// A tool that produced nothing, and why.
+    fn failed(tool: String, ms: f64, note: String) -> Self {
+        Row {
+            tool,
+            bytes: 0,
+            gzip: 0,
+            error: None,
+            durations_changed: false,
+            ms,
+            note,
+        }
+    }
+}
+
+/// Runs another tool that writes `out`, and measures it.
 fn external(
     tool: &str,
     program: &Path,
     args: &[&str],
-    path: &Path,
     source: &Asset,
     resources: &dyn Resources,
     out: &Path,
 ) -> Row {
     let start = Instant::now();
-    let mut command = Command::new(program);
-    command.args(args);
-    let status = command.output();
+    let status = Command::new(program).args(args).output();
     let ms = start.elapsed().as_secs_f64() * 1000.0;
-    let failed = |note: String| Row {
-        tool: tool.into(),
-        bytes: 0,
-        gzip: 0,
-        error: None,
-        durations_changed: false,
-        ms,
-        note,
-    };
     match status {
         Ok(o) if o.status.success() => {}
         Ok(o) => {
-            return failed(format!(
-                "failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-            ));
+            let last = String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+                .to_string();
+            return Row::failed(tool.into(), ms, format!("failed: {last}"));
         }
-        Err(e) => return failed(format!("not run: {e}")),
+        Err(e) => return Row::failed(tool.into(), ms, format!("not run: {e}")),
     }
-    let Ok(bytes) = std::fs::read(out) else {
-        return failed("no output".into());
-    };
-    let _ = path;
-    let payload = animation_payload(&bytes, resources);
-    let (error, durations_changed, note) = measure(source, &bytes, resources);
-    Row {
-        tool: tool.into(),
-        bytes: payload.len(),
-        gzip: gzip(&payload),
-        error,
-        durations_changed,
-        ms,
-        note,
+    match std::fs::read(out) {
+        Ok(bytes) => Row::measured(tool.into(), &bytes, source, resources, ms),
+        Err(_) => Row::failed(tool.into(), ms, "no output".into()),
     }
 }
 
@@ -223,27 +236,9 @@ pub fn run(args: &[String]) {
                         throughput.0 += source_payload.len() as f64;
                         throughput.1 += ms / 1000.0;
                     }
-                    let payload = animation_payload(&meshopt, &resources);
-                    let (error, durations_changed, note) = measure(&source, &meshopt, &resources);
-                    rows.push(Row {
-                        tool,
-                        bytes: payload.len(),
-                        gzip: gzip(&payload),
-                        error,
-                        durations_changed,
-                        ms,
-                        note,
-                    });
+                    rows.push(Row::measured(tool, &meshopt, &source, &resources, ms));
                 }
-                Err(e) => rows.push(Row {
-                    tool,
-                    bytes: 0,
-                    gzip: 0,
-                    error: None,
-                    durations_changed: false,
-                    ms,
-                    note: e.to_string(),
-                }),
+                Err(e) => rows.push(Row::failed(tool, ms, e.to_string())),
             }
         }
         if let Some(pack) = &pack {
@@ -253,7 +248,7 @@ pub fn run(args: &[String]) {
                 let mut a: Vec<&str> =
                     vec!["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()];
                 a.extend_from_slice(flags);
-                rows.push(external(tool, pack, &a, &path, &source, &resources, &out));
+                rows.push(external(tool, pack, &a, &source, &resources, &out));
             }
         }
         if transform.exists() {
@@ -268,7 +263,6 @@ pub fn run(args: &[String]) {
                 "glTF-Transform resample+meshopt",
                 Path::new("node"),
                 &a,
-                &path,
                 &source,
                 &resources,
                 &out,
