@@ -26,6 +26,7 @@ pub struct Config {
     pub unpack: UnpackLimits,
     pub worker: WorkerConfig,
     pub animation: AnimationConfig,
+    pub vat: VatConfig,
     /// Ed25519 signing key file (32-byte seed, hex). Empty: `{data_dir}/keys/signing.key`,
     /// generated on first start.
     pub signing_key_file: String,
@@ -104,6 +105,7 @@ impl Default for Config {
             unpack: UnpackLimits::default(),
             worker: WorkerConfig::default(),
             animation: AnimationConfig::default(),
+            vat: VatConfig::default(),
             signing_key_file: String::new(),
             log_json: false,
         }
@@ -160,6 +162,43 @@ pub struct AnimationConfig {
     pub scale_bits: u32,
     /// Most mantissa bits for morph weights.
     pub weight_bits: u32,
+}
+
+/// The VAT stage (vertex animation textures). A build asks for it in its own `kiln.toml`;
+/// `files` here bakes models of every build.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VatConfig {
+    /// Models to bake in every build: paths inside the build, or `*` for every animated model.
+    pub files: Vec<String>,
+    /// `auto`, `low`, `medium`, `high`, `rgba16` or `half`.
+    pub encoding: String,
+    /// `relative` (offsets from the rest pose) or `absolute`.
+    pub mode: String,
+    pub frame_rate: f64,
+    /// Error `auto` accepts, relative to the model's bounding-box diagonal.
+    pub tolerance: f64,
+    /// The same in model units; when set (> 0) it replaces `tolerance`.
+    pub tolerance_abs: f64,
+    /// Largest texture dimension: 2048, 4096 or 8192.
+    pub max_size: u32,
+    /// Texels per row (0: the vertex count, capped at `max_size`).
+    pub width: u32,
+}
+
+impl Default for VatConfig {
+    fn default() -> Self {
+        Self {
+            files: Vec::new(),
+            encoding: "auto".into(),
+            mode: "relative".into(),
+            frame_rate: 30.0,
+            tolerance: 2.5e-4,
+            tolerance_abs: 0.0,
+            max_size: 4096,
+            width: 0,
+        }
+    }
 }
 
 impl Default for AnimationConfig {
@@ -308,6 +347,38 @@ impl Config {
             }
             "KILN_ANIMATION_SCALE_BITS" => self.animation.scale_bits = num()?.clamp(1, 24) as u32,
             "KILN_ANIMATION_WEIGHT_BITS" => self.animation.weight_bits = num()?.clamp(1, 24) as u32,
+            "KILN_VAT" => {
+                self.vat.files = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|f| !f.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "KILN_VAT_ENCODING" => self.vat.encoding = value.into(),
+            "KILN_VAT_MODE" => self.vat.mode = value.into(),
+            "KILN_VAT_FRAME_RATE" => {
+                self.vat.frame_rate = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v > 0.0 && v.is_finite())
+                    .ok_or_else(|| bad("expected a positive number"))?
+            }
+            "KILN_VAT_TOLERANCE" => {
+                self.vat.tolerance = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v > 0.0 && v.is_finite())
+                    .ok_or_else(|| bad("expected a positive number"))?
+            }
+            "KILN_VAT_TOLERANCE_ABS" => {
+                self.vat.tolerance_abs = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v >= 0.0 && v.is_finite())
+                    .ok_or_else(|| bad("expected a number ≥ 0"))?
+            }
+            "KILN_VAT_MAX_SIZE" => self.vat.max_size = num()? as u32,
             // Unknown KILN_ variables are ignored so that scripts may set their own.
             _ => {}
         }

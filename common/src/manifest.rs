@@ -24,6 +24,22 @@ pub struct Manifest {
     /// Each glTF model's variants (`meshopt`, `quantized`, `original`), in `files` order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ManifestModel>,
+    /// Vertex animation texture bakes, one per mesh (`docs/vat.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vat: Vec<ManifestVat>,
+}
+
+/// One mesh baked into vertex animation textures: its `vat.json` names the mesh, textures and
+/// shaders beside it (all of them in `files`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestVat {
+    /// The model it was baked from.
+    pub source: String,
+    pub mesh: String,
+    /// Path of its `vat.json` in the build.
+    pub path: String,
+    pub url: String,
+    pub encoding: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

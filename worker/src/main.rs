@@ -45,6 +45,41 @@ enum Command {
         /// URL prefix for objects in the manifest.
         #[arg(long, default_value = "cdn")]
         cdn_base: String,
+        /// Also bake every animated model into vertex animation textures (the `[vat]`
+        /// configuration's settings; a `kiln.toml` in the package can refine them).
+        #[arg(long)]
+        vat: bool,
+    },
+    /// Bake one model's skinned / morph-animated meshes into vertex animation textures:
+    /// per mesh, DIR/<mesh>/{mesh.glb, positions-*.png|exr, normals-*, vat.json, vat.glsl,
+    /// vat.wgsl} (docs/vat.md). Defaults come from the `[vat]` configuration.
+    Vat {
+        model: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// auto, low, medium, high, rgba16 or half.
+        #[arg(long)]
+        encoding: Option<String>,
+        /// relative or absolute.
+        #[arg(long)]
+        mode: Option<String>,
+        #[arg(long)]
+        frame_rate: Option<f64>,
+        /// Error `auto` accepts, relative to the bounding-box diagonal.
+        #[arg(long)]
+        tolerance: Option<f64>,
+        /// The same in model units (overrides --tolerance).
+        #[arg(long)]
+        tolerance_abs: Option<f64>,
+        /// Largest texture dimension: 2048, 4096 or 8192.
+        #[arg(long)]
+        max_size: Option<u32>,
+        /// Texels per row.
+        #[arg(long)]
+        width: Option<u32>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure a compressed model's animation error against its source: per clip, max / p99 /
     /// mean distance of every vertex (skinned, morphed) and of shell points around joints
@@ -103,6 +138,31 @@ fn main() -> std::process::ExitCode {
             *json,
         );
     }
+    if let Some(Command::Vat {
+        model,
+        out,
+        encoding,
+        mode,
+        frame_rate,
+        tolerance,
+        tolerance_abs,
+        max_size,
+        width,
+        json,
+    }) = &cli.command
+    {
+        let settings = kiln_worker::stages::vat::VatSettings {
+            encoding: encoding.clone(),
+            mode: mode.clone(),
+            frame_rate: *frame_rate,
+            tolerance: *tolerance,
+            tolerance_abs: *tolerance_abs,
+            max_size: *max_size,
+            width: *width,
+            ..Default::default()
+        };
+        return vat_command(&config, model, out, &settings, *json);
+    }
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => runtime.block_on(consume(config)),
@@ -113,8 +173,15 @@ fn main() -> std::process::ExitCode {
             version,
             key,
             cdn_base,
-        } => runtime.block_on(process(config, package, out, game, version, key, cdn_base)),
-        Command::AnimError { .. } => unreachable!("handled above"),
+            vat,
+        } => {
+            let mut config = config;
+            if vat && config.vat.files.is_empty() {
+                config.vat.files = vec!["*".into()];
+            }
+            runtime.block_on(process(config, package, out, game, version, key, cdn_base))
+        }
+        Command::AnimError { .. } | Command::Vat { .. } => unreachable!("handled above"),
     };
     match result {
         Ok(code) => code,
@@ -222,7 +289,7 @@ async fn process(
     let work = tempfile_dir(&out)?;
     let options = pipeline::PipelineOptions {
         cdn_base,
-        ..runtime::pipeline_options(&config)
+        ..runtime::pipeline_options(&config)?
     };
     eprintln!("kiln-worker: processing {}", package.display());
     let work_for_pipeline = work.clone();
@@ -350,4 +417,86 @@ fn anim_error(
     } else {
         std::process::ExitCode::FAILURE
     }
+}
+
+/// `kiln-worker vat`: bakes one model; exit 0 when baked, 2 when it can't be (with why).
+fn vat_command(
+    config: &Config,
+    model: &std::path::Path,
+    out: &std::path::Path,
+    settings: &kiln_worker::stages::vat::VatSettings,
+    json: bool,
+) -> std::process::ExitCode {
+    use kiln_worker::stages::vat;
+    let fail = |why: String| {
+        eprintln!("kiln-worker vat: {}: {why}", model.display());
+        std::process::ExitCode::from(2)
+    };
+    let base = match runtime::vat_selection(&config.vat) {
+        Ok(s) => s.options,
+        Err(e) => return fail(e.to_string()),
+    };
+    let options = match settings.apply(&base) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let asset = match kiln_worker::gltf::read_path(model) {
+        Ok(a) => a,
+        Err(e) => return fail(e.to_string()),
+    };
+    let source = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let bake = match vat::bake_model(&asset, &source, &options) {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    for mesh in &bake.meshes {
+        let dir = out.join(&mesh.folder);
+        let written = std::fs::create_dir_all(&dir).and_then(|_| {
+            mesh.files
+                .iter()
+                .try_for_each(|(name, data)| std::fs::write(dir.join(name), data))
+        });
+        if let Err(e) = written {
+            return fail(format!("writing {}: {e}", dir.display()));
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&bake.report).unwrap_or_default()
+        );
+    } else {
+        println!(
+            "{:<20} {:>8} {:>7} {:>8} {:>12} {:>12} {:>10} {:>12}",
+            "mesh",
+            "vertices",
+            "frames",
+            "encoding",
+            "texture B",
+            "max error",
+            "of diag",
+            "normal max°"
+        );
+        for m in &bake.report.meshes {
+            println!(
+                "{:<20} {:>8} {:>7} {:>8} {:>12} {:>12.3e} {:>10.2e} {:>12.4}",
+                m.folder,
+                m.vertices,
+                m.frames,
+                m.encoding.name(),
+                m.texture_bytes,
+                m.position_max,
+                m.position_max_relative,
+                m.normal_max_degrees
+            );
+            for w in &m.warnings {
+                println!("  warning: {w}");
+            }
+        }
+        println!("written to {}", out.display());
+    }
+    std::process::ExitCode::SUCCESS
 }

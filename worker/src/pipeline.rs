@@ -18,13 +18,15 @@ use crate::stages::inventory::{self, FileKind, Inventory};
 use crate::stages::publish::{self, PublishPlan};
 use crate::stages::sign::{self, SignedManifest};
 use crate::stages::unpack;
+use crate::stages::vat::{self, VatSelection};
 use crate::stages::{FileTree, PackageFormat};
 
 /// Every stage in order, as shown in a build's status. `publish` is run by the caller.
 pub const STAGES: &[&str] = &[
     unpack::NAME,
     inventory::NAME,
-    // Later stages (engine split, animation, VAT) go here.
+    // Later stages (engine split) go here.
+    vat::NAME,
     geometry::NAME,
     encode::NAME,
     sign::NAME,
@@ -36,6 +38,8 @@ pub struct PipelineOptions {
     pub unpack: UnpackLimits,
     pub encode: EncodeOptions,
     pub geometry: GeometryOptions,
+    /// Models every build bakes into vertex animation textures (a build's `kiln.toml` adds).
+    pub vat: VatSelection,
     /// URL prefix for published objects, e.g. `http://127.0.0.1:8080/cdn`.
     pub cdn_base: String,
     /// Pause before each stage. Only for crash-recovery tests and demos.
@@ -168,6 +172,40 @@ pub fn prepare(
         })?;
     report.record(inventory::NAME, &inventory_report);
 
+    let (tree, vat_report) = step(observer, &mut report, options, vat::NAME, |_| {
+        let failed = |reason: String, file: Option<&str>, permanent: bool| PipelineError {
+            stage: vat::NAME,
+            file: file.map(String::from),
+            reason,
+            permanent,
+        };
+        let kiln_toml = if tree.contains(vat::BUILD_CONFIG) {
+            let path = tree.root.join(vat::BUILD_CONFIG);
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                failed(
+                    format!("{}: {e}", vat::BUILD_CONFIG),
+                    Some(vat::BUILD_CONFIG),
+                    true,
+                )
+            })?;
+            Some(text)
+        } else {
+            None
+        };
+        let selection = vat::build_selection(kiln_toml.as_deref(), &options.vat)
+            .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
+        vat::run(&tree, &inventory, &selection)
+            .map_err(|e| failed(e.to_string(), Some(&e.path), e.is_permanent()))
+    })?;
+    let inventory = apply_vat(&tree, &vat_report).map_err(|error| {
+        Box::new(Failed {
+            error,
+            report: std::mem::take(&mut report),
+        })
+    })?;
+    report.record(vat::NAME, &vat_report);
+    let vat_baked = vat_report.baked();
+
     let (tree, outcomes, geometry_report) =
         step(observer, &mut report, options, geometry::NAME, |obs| {
             geometry::run(&tree, &inventory, &options.geometry, &mut |done| {
@@ -180,7 +218,7 @@ pub fn prepare(
                 reason: e.to_string(),
             })
         })?;
-    let (inventory, models) = apply_geometry(&tree, &outcomes).map_err(|error| {
+    let (inventory, models) = apply_geometry(&tree, &outcomes, &inventory).map_err(|error| {
         Box::new(Failed {
             error,
             report: std::mem::take(&mut report),
@@ -213,6 +251,7 @@ pub fn prepare(
             identity,
             &outputs,
             &models,
+            &vat_baked,
             &options.cdn_base,
             signer,
         ))
@@ -232,11 +271,39 @@ pub fn prepare(
     })
 }
 
+/// Inventories the tree again (it now holds the VAT outputs): each output is marked as made
+/// from its model, and a model that could not be baked gets the reason as a warning.
+fn apply_vat(tree: &FileTree, report: &vat::VatReport) -> Result<Inventory, PipelineError> {
+    let (mut inventory, _) = inventory::run(tree).map_err(|e| PipelineError {
+        stage: vat::NAME,
+        file: None,
+        permanent: e.is_permanent(),
+        reason: e.to_string(),
+    })?;
+    for model in &report.models {
+        let folder = model.baked.first().and_then(|p| p.split_once(".vat/"));
+        for entry in &mut inventory.entries {
+            if let Some((stem, _)) = folder
+                && entry.path.starts_with(&format!("{stem}.vat/"))
+            {
+                entry.used_by = Some(model.source.clone());
+            }
+            if entry.path == model.source
+                && let Some(error) = &model.error
+            {
+                entry.warnings.push(format!("vat: {error}"));
+            }
+        }
+    }
+    Ok(inventory)
+}
+
 /// Inventories the tree again (it now holds the variants) and notes on each model what the
 /// geometry stage did with it.
 fn apply_geometry(
     tree: &FileTree,
     outcomes: &[ModelOutcome],
+    before: &Inventory,
 ) -> Result<(Inventory, Vec<ModelVariants>), PipelineError> {
     let (mut inventory, _) = inventory::run(tree).map_err(|e| PipelineError {
         stage: geometry::NAME,
@@ -244,6 +311,18 @@ fn apply_geometry(
         permanent: e.is_permanent(),
         reason: e.to_string(),
     })?;
+    // What earlier stages noted about a file stays with it.
+    for entry in &mut inventory.entries {
+        if let Ok(i) = before.entries.binary_search_by(|e| e.path.cmp(&entry.path)) {
+            let old = &before.entries[i];
+            entry.used_by = entry.used_by.take().or_else(|| old.used_by.clone());
+            for w in &old.warnings {
+                if !entry.warnings.contains(w) {
+                    entry.warnings.push(w.clone());
+                }
+            }
+        }
+    }
     let mut models = Vec::new();
     for outcome in outcomes {
         match outcome {

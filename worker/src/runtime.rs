@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_common::config::{AnimationConfig, Config};
+use kiln_common::config::{AnimationConfig, Config, VatConfig};
 use kiln_common::db::Db;
 use kiln_common::signing::{KeyOrigin, ManifestSigner};
 use kiln_common::storage::Storage;
@@ -12,10 +12,11 @@ use crate::job::JobContext;
 use crate::pipeline::PipelineOptions;
 use crate::stages::animation::{AnimationOptions, Tolerance};
 use crate::stages::geometry::GeometryOptions;
+use crate::stages::vat::{VatSelection, VatSettings};
 
 /// The pipeline options a configuration implies.
-pub fn pipeline_options(config: &Config) -> PipelineOptions {
-    PipelineOptions {
+pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
+    Ok(PipelineOptions {
         unpack: config.unpack.clone(),
         cdn_base: format!("{}/cdn", config.public_url()),
         stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
@@ -23,8 +24,28 @@ pub fn pipeline_options(config: &Config) -> PipelineOptions {
             animation: animation_options(&config.animation),
             ..GeometryOptions::default()
         },
+        vat: vat_selection(&config.vat)?,
         ..PipelineOptions::default()
-    }
+    })
+}
+
+/// The VAT stage's selection from the `[vat]` configuration (through the same settings a
+/// build's `kiln.toml` uses, so both are checked alike).
+pub fn vat_selection(config: &VatConfig) -> anyhow::Result<VatSelection> {
+    let settings = VatSettings {
+        files: Some(config.files.clone()),
+        encoding: Some(config.encoding.clone()),
+        mode: Some(config.mode.clone()),
+        frame_rate: Some(config.frame_rate),
+        tolerance: Some(config.tolerance),
+        tolerance_abs: Some(config.tolerance_abs),
+        max_size: Some(config.max_size),
+        width: Some(config.width),
+        file: Default::default(),
+    };
+    settings
+        .select(&VatSelection::default())
+        .map_err(|e| anyhow::anyhow!("[vat] configuration: {e}"))
 }
 
 /// The animation stage's options from the `[animation]` configuration.
@@ -75,7 +96,7 @@ pub async fn job_context(
         db,
         storage,
         signer,
-        options: pipeline_options(config),
+        options: pipeline_options(config)?,
         work_root,
         transient_retries: config.worker.transient_retries,
     }))

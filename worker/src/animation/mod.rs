@@ -4,9 +4,13 @@
 //! Checked against three.js' own sampling (`worker/tests/gltf-check/anim.mjs`).
 
 pub mod clip;
+pub mod deform;
 pub mod metric;
 pub mod rig;
+#[cfg(test)]
+pub mod test_models;
 
 pub use clip::{Channel, Clip, Interpolation, Path};
+pub use deform::Deformer;
 pub use metric::{ClipError, MetricOptions};
 pub use rig::{Pose, Rig};

@@ -52,8 +52,12 @@ pub struct Node {
 #[derive(Debug, Clone)]
 pub struct Primitive {
     pub positions: Vec<DVec3>,
+    /// Per vertex normal (empty when the primitive has no NORMAL).
+    pub normals: Vec<DVec3>,
     /// Per target, per vertex position delta.
     pub targets: Vec<Vec<DVec3>>,
+    /// Per target, per vertex normal delta (empty when the target has no NORMAL).
+    pub normal_targets: Vec<Vec<DVec3>>,
     /// Per vertex, `influences_per_vertex` (joint slot, weight) pairs; weight 0 unused.
     pub influences: Vec<(u16, f32)>,
     pub influences_per_vertex: usize,
@@ -178,7 +182,9 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
         else {
             out.primitives.push(Primitive {
                 positions: vec![],
+                normals: vec![],
                 targets: vec![],
+                normal_targets: vec![],
                 influences: vec![],
                 influences_per_vertex: 0,
             });
@@ -192,26 +198,39 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
             return Err(invalid(&what, "POSITION holds NaN or infinite values"));
         }
         let count = layout.count;
+        // A VEC3 attribute with one finite value per vertex, or empty when absent.
+        let per_vertex_vec3 = |accessor: Option<&Value>, name: &str| {
+            let Some(a) = accessor.and_then(Value::as_u64) else {
+                return Ok(vec![]);
+            };
+            let (l, d) = accessors::read_f32(asset, a as usize)?;
+            if l.components != 3 || l.count != count || d.iter().any(|v| !v.is_finite()) {
+                return Err(invalid(
+                    &what,
+                    format!("{name} is not one finite VEC3 per vertex"),
+                ));
+            }
+            Ok(vec3s(&d))
+        };
+        let normals = per_vertex_vec3(primitive.pointer("/attributes/NORMAL"), "NORMAL")?;
         let mut targets = Vec::new();
+        let mut normal_targets = Vec::new();
         for target in primitive
             .get("targets")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
-            match target.get("POSITION").and_then(Value::as_u64) {
-                Some(a) => {
-                    let (l, d) = accessors::read_f32(asset, a as usize)?;
-                    if l.components != 3 || l.count != count {
-                        return Err(invalid(
-                            &what,
-                            "morph target POSITION does not match POSITION",
-                        ));
-                    }
-                    targets.push(vec3s(&d));
-                }
-                None => targets.push(vec![DVec3::ZERO; count]),
-            }
+            let delta = per_vertex_vec3(target.get("POSITION"), "morph target POSITION")?;
+            targets.push(if delta.is_empty() {
+                vec![DVec3::ZERO; count]
+            } else {
+                delta
+            });
+            normal_targets.push(per_vertex_vec3(
+                target.get("NORMAL"),
+                "morph target NORMAL",
+            )?);
         }
         out.targets = out.targets.max(targets.len());
         // Every JOINTS_n/WEIGHTS_n set, four influences each.
@@ -254,7 +273,9 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
         }
         out.primitives.push(Primitive {
             positions: vec3s(&values),
+            normals,
             targets,
+            normal_targets,
             influences,
             influences_per_vertex: per_vertex,
         });

@@ -30,7 +30,7 @@ use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
 use super::animation::{AnimationOptions, AnimationReport, compress_animations};
 use super::inventory::{FileKind, Inventory, InventoryEntry};
-use super::{FileTree, TreeFile};
+use super::{FileTree, TreeFile, TreeResources};
 
 pub const NAME: &str = "geometry";
 
@@ -2117,22 +2117,6 @@ impl GeometryError {
     }
 }
 
-/// Files of the tree a `.gltf` may reference, resolved relative to the model.
-struct TreeResources<'a> {
-    tree: &'a FileTree,
-    model: &'a str,
-}
-
-impl Resources for TreeResources<'_> {
-    fn load(&self, uri: &str) -> Option<Vec<u8>> {
-        let path = super::inventory::resolve_uri(self.model, uri)?;
-        if !self.tree.contains(&path) {
-            return None;
-        }
-        std::fs::read(self.tree.root.join(path)).ok()
-    }
-}
-
 /// Variant paths beside the model: `a/b.glb` → `a/b.quantized.glb`, `a/b.meshopt.glb`.
 pub fn variant_path(source: &str, variant: &str) -> String {
     let stem = source
@@ -2152,7 +2136,12 @@ pub fn run(
     let models: Vec<&InventoryEntry> = inventory
         .entries
         .iter()
-        .filter(|e| matches!(e.kind, FileKind::Glb | FileKind::Gltf) && e.error.is_none())
+        // Files another stage made from a model (VAT meshes) are not models of the game.
+        .filter(|e| {
+            matches!(e.kind, FileKind::Glb | FileKind::Gltf)
+                && e.error.is_none()
+                && e.used_by.is_none()
+        })
         .collect();
     let mut tree = tree.clone();
     let mut outcomes = Vec::new();

@@ -12,10 +12,13 @@ pub mod inventory;
 pub mod publish;
 pub mod sign;
 pub mod unpack;
+pub mod vat;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::gltf::Resources;
 
 /// Archive format of an uploaded package.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,4 +104,20 @@ pub fn read_head(path: &Path, len: usize) -> std::io::Result<Vec<u8>> {
         .take(len as u64)
         .read_to_end(&mut buf)?;
     Ok(buf)
+}
+
+/// Files of the tree a `.gltf` may reference, resolved relative to the model.
+pub struct TreeResources<'a> {
+    pub tree: &'a FileTree,
+    pub model: &'a str,
+}
+
+impl Resources for TreeResources<'_> {
+    fn load(&self, uri: &str) -> Option<Vec<u8>> {
+        let path = inventory::resolve_uri(self.model, uri)?;
+        if !self.tree.contains(&path) {
+            return None;
+        }
+        std::fs::read(self.tree.root.join(path)).ok()
+    }
 }

@@ -6,7 +6,7 @@
 use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
     BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestFile, ManifestModel,
-    ModelVariant,
+    ManifestVat, ModelVariant,
 };
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde::Serialize;
@@ -35,11 +35,21 @@ pub struct SignReport {
     pub files: u64,
 }
 
+/// A VAT bake to list in the manifest: its `vat.json` path, model, mesh and encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VatBaked {
+    pub source: String,
+    pub mesh: String,
+    pub path: String,
+    pub encoding: String,
+}
+
 /// `cdn_base` is the URL prefix objects are served under, e.g. `https://kiln.example/cdn`.
 pub fn run(
     identity: &BuildIdentity,
     outputs: &[OutputFile],
     models: &[ModelVariants],
+    vat: &[VatBaked],
     cdn_base: &str,
     signer: &ManifestSigner,
 ) -> (SignedManifest, SignReport) {
@@ -78,6 +88,19 @@ pub fn run(
         created_at: identity.created_at.clone(),
         files,
         models,
+        vat: vat
+            .iter()
+            .filter_map(|v| {
+                let output = outputs.iter().find(|o| o.path == v.path)?;
+                Some(ManifestVat {
+                    source: v.source.clone(),
+                    mesh: v.mesh.clone(),
+                    path: v.path.clone(),
+                    url: format!("{base}/{}", output.key),
+                    encoding: v.encoding.clone(),
+                })
+            })
+            .collect(),
     };
     let mut bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
     bytes.push(b'\n');

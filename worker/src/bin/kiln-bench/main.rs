@@ -2,13 +2,16 @@
 //!
 //! - `kiln-bench geometry DIR [--khr]`: the geometry stage vs gltfpack;
 //! - `kiln-bench animation DIR`: the animation stage at several tolerances vs gltfpack and
-//!   glTF-Transform, bytes against error measured by the same metric.
+//!   glTF-Transform, bytes against error measured by the same metric;
+//! - `kiln-bench vat DIR`: the VAT stage's bake speed against its target, and texture bytes
+//!   and measured error per encoding beside the source's skin and animation bytes.
 //!
 //! gltfpack and glTF-Transform come from npm (`worker/tests/gltf-check`, `npm ci` there);
 //! `KILN_GLTFPACK` may point at another gltfpack.
 
 mod animation;
 mod geometry;
+mod vat;
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +20,11 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("geometry") if args.len() >= 3 => geometry::run(&args),
         Some("animation") if args.len() >= 3 => animation::run(&args),
+        Some("vat") if args.len() >= 3 => vat::run(&args),
         _ => {
-            eprintln!("usage: kiln-bench geometry DIR [--khr]\n       kiln-bench animation DIR");
+            eprintln!(
+                "usage: kiln-bench geometry DIR [--khr]\n       kiln-bench animation DIR\n       kiln-bench vat DIR"
+            );
             std::process::exit(2);
         }
     }

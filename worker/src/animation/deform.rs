@@ -1,0 +1,200 @@
+//! Deforming one mesh node many times, fast: the VAT baker's inner loop.
+//!
+//! The same model as `Rig::points` (morph targets, then linear blend skinning over every
+//! JOINTS_n/WEIGHTS_n set, or the node's world matrix for an unskinned mesh), evaluated in f32
+//! with SIMD vectors, plus normals: morph normal deltas, then the blended skin matrix (as
+//! three.js' `skinnormal_vertex` does), or the node's normal matrix, renormalised. Poses come
+//! from the one evaluator (`Rig::pose_at`); `Rig::points` (f64) stays the reference that
+//! measurements use, and the tests check the two agree.
+
+use glam::{Affine3A, DMat4, DVec3, Mat3A, Vec3A};
+
+use super::rig::{Pose, Rig};
+
+/// One mesh node's vertices, flattened over its primitives, ready to deform.
+#[derive(Debug, Clone)]
+pub struct Deformer {
+    pub node: usize,
+    pub vertices: usize,
+    positions: Vec<Vec3A>,
+    normals: Vec<Vec3A>,
+    /// Per morph target: position and normal deltas per vertex (normals empty when absent).
+    targets: Vec<(Vec<Vec3A>, Vec<Vec3A>)>,
+    /// `per_vertex` (joint slot, weight) pairs per vertex; weight 0 unused.
+    influences: Vec<(u16, f32)>,
+    per_vertex: usize,
+    skin: Option<usize>,
+}
+
+fn f32s(v: &[DVec3]) -> Vec<Vec3A> {
+    v.iter().map(|p| p.as_vec3().into()).collect()
+}
+
+impl Deformer {
+    /// The mesh of node `node` (which must have one). Primitives without normals get zero
+    /// normals: callers that need them fill `Primitive::normals` first.
+    pub fn new(rig: &Rig, node: usize) -> Self {
+        let n = &rig.nodes[node];
+        let mesh = &rig.meshes[n.mesh.expect("a mesh node")];
+        let vertices = mesh.primitives.iter().map(|p| p.positions.len()).sum();
+        let per_vertex = mesh
+            .primitives
+            .iter()
+            .map(|p| p.influences_per_vertex)
+            .max()
+            .unwrap_or(0);
+        let mut positions = Vec::with_capacity(vertices);
+        let mut normals = Vec::with_capacity(vertices);
+        let mut targets = vec![(Vec::new(), Vec::new()); mesh.targets];
+        let mut influences = Vec::with_capacity(vertices * per_vertex);
+        for p in &mesh.primitives {
+            let count = p.positions.len();
+            positions.extend(f32s(&p.positions));
+            if p.normals.len() == count {
+                normals.extend(f32s(&p.normals));
+            } else {
+                normals.extend(std::iter::repeat_n(Vec3A::ZERO, count));
+            }
+            for (t, (pos, nrm)) in targets.iter_mut().enumerate() {
+                match p.targets.get(t) {
+                    Some(d) => pos.extend(f32s(d)),
+                    None => pos.extend(std::iter::repeat_n(Vec3A::ZERO, count)),
+                }
+                match p.normal_targets.get(t) {
+                    Some(d) if d.len() == count => nrm.extend(f32s(d)),
+                    _ => nrm.extend(std::iter::repeat_n(Vec3A::ZERO, count)),
+                }
+            }
+            for v in 0..count {
+                let own =
+                    &p.influences[v * p.influences_per_vertex..(v + 1) * p.influences_per_vertex];
+                influences.extend_from_slice(own);
+                influences.extend(std::iter::repeat_n(
+                    (0u16, 0f32),
+                    per_vertex - p.influences_per_vertex,
+                ));
+            }
+        }
+        // Targets whose normal deltas are all zero cost nothing per frame.
+        for (_, nrm) in &mut targets {
+            if nrm.iter().all(|d| *d == Vec3A::ZERO) {
+                nrm.clear();
+            }
+        }
+        Self {
+            node,
+            vertices,
+            positions,
+            normals,
+            targets,
+            influences,
+            per_vertex,
+            skin: n.skin,
+        }
+    }
+
+    /// Model-space positions and unit normals of every vertex in `pose`.
+    pub fn deform(
+        &self,
+        rig: &Rig,
+        pose: &Pose,
+        positions: &mut Vec<Vec3A>,
+        normals: &mut Vec<Vec3A>,
+    ) {
+        positions.clear();
+        normals.clear();
+        positions.extend_from_slice(&self.positions);
+        normals.extend_from_slice(&self.normals);
+        let weights = &pose.weights[self.node];
+        for (t, (dp, dn)) in self.targets.iter().enumerate() {
+            let w = weights.get(t).copied().unwrap_or(0.0) as f32;
+            if w == 0.0 {
+                continue;
+            }
+            for (p, d) in positions.iter_mut().zip(dp) {
+                *p += *d * w;
+            }
+            for (n, d) in normals.iter_mut().zip(dn) {
+                *n += *d * w;
+            }
+        }
+        match self.skin {
+            None => {
+                let world = pose.world[self.node];
+                let m = Affine3A::from_mat4(world.as_mat4());
+                let normal_matrix = Mat3A::from_mat4(world.inverse().transpose().as_mat4());
+                for (p, n) in positions.iter_mut().zip(normals.iter_mut()) {
+                    *p = m.transform_point3a(*p);
+                    *n = (normal_matrix * *n).normalize_or_zero();
+                }
+            }
+            Some(s) => {
+                let skin = &rig.skins[s];
+                let joints: Vec<[Vec3A; 4]> = skin
+                    .joints
+                    .iter()
+                    .zip(&skin.inverse_binds)
+                    .map(|(&j, ibm)| columns(&(pose.world[j] * *ibm)))
+                    .collect();
+                let per = self.per_vertex;
+                for (v, (p, n)) in positions.iter_mut().zip(normals.iter_mut()).enumerate() {
+                    let mut m = [Vec3A::ZERO; 4];
+                    for &(slot, w) in &self.influences[v * per..(v + 1) * per] {
+                        if w != 0.0 {
+                            let j = &joints[slot as usize];
+                            m[0] += j[0] * w;
+                            m[1] += j[1] * w;
+                            m[2] += j[2] * w;
+                            m[3] += j[3] * w;
+                        }
+                    }
+                    *p = m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3];
+                    *n = (m[0] * n.x + m[1] * n.y + m[2] * n.z).normalize_or_zero();
+                }
+            }
+        }
+    }
+}
+
+/// The four columns of an affine matrix (the last row is 0 0 0 1).
+fn columns(m: &DMat4) -> [Vec3A; 4] {
+    let m = m.as_mat4();
+    [
+        m.x_axis.truncate().into(),
+        m.y_axis.truncate().into(),
+        m.z_axis.truncate().into(),
+        m.w_axis.truncate().into(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Deformer` and the f64 `Rig::points` are one model: on a two-joint rig with a morph
+    /// target they agree to f32 rounding.
+    #[test]
+    fn deformer_agrees_with_rig_points() {
+        let asset = super::super::test_models::skinned_tube(8, 6);
+        let rig = Rig::read(&asset, 0.015).unwrap();
+        let clips = super::super::metric::read_clips(&asset).unwrap();
+        let node = rig.mesh_nodes[0];
+        let deformer = Deformer::new(&rig, node);
+        let mut pose = rig.rest_pose();
+        let (mut p, mut n, mut reference) = (Vec::new(), Vec::new(), Vec::new());
+        for (clip, i) in [0, 1]
+            .into_iter()
+            .flat_map(|c| (0..=20).map(move |i| (c, i)))
+        {
+            rig.pose_at(&clips[clip], i as f64 * 0.05, &mut pose);
+            deformer.deform(&rig, &pose, &mut p, &mut n);
+            rig.points(&pose, &mut reference);
+            for (a, b) in p.iter().zip(&reference) {
+                assert!((a.as_dvec3() - *b).length() < 1e-5, "{a} vs {b}");
+            }
+            for v in &n {
+                assert!((v.length() - 1.0).abs() < 1e-5);
+            }
+        }
+    }
+}

@@ -1,0 +1,1277 @@
+//! Stage `vat`: bakes skinned and morph-target animation into vertex animation textures.
+//!
+//! For every skinned or morph-animated mesh node of a model, every clip is evaluated at a
+//! fixed frame rate by the one animation evaluator (`crate::animation`: `Rig::pose_at`, then
+//! `Deformer`), and each vertex's model-space position and normal per frame is written into
+//! textures, with a GLB of the mesh whose `TEXCOORD_1` addresses each vertex's texel, a
+//! `vat.json`, and GLSL / WGSL decoders. The format is specified in `docs/vat.md`; the error
+//! in `vat.json` is measured by decoding exactly as the shaders do.
+//!
+//! `bake_model` is a pure function of the model and the options; `run` applies it to the
+//! models of a build that the build's `kiln.toml` (or the server's configuration) selects.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use glam::{DVec3, Vec3A};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::inventory::{FileKind, Inventory};
+use super::{FileTree, TreeFile, TreeResources};
+use crate::animation::metric::read_clips;
+use crate::animation::{Clip, Deformer, Path, Rig};
+use crate::gltf::{Asset, GltfError, accessors};
+
+pub mod reader;
+pub mod shaders;
+pub mod textures;
+
+use textures::{Encoded, PositionCodec};
+
+pub const NAME: &str = "vat";
+pub const FORMAT_VERSION: u32 = 1;
+
+/// How positions are stored in the textures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VatEncoding {
+    /// 8 bits per component, 1 RGB8 texel per vertex per frame.
+    Low,
+    /// 16 bits per component split over 2 RGB8 texels (high bytes, low bytes).
+    Medium,
+    /// 24 bits per component over 3 RGB8 texels (seed 002's "high").
+    High,
+    /// 16 bits per component in one RGBA 16-bit PNG texel.
+    Rgba16,
+    /// Half floats in one RGBA half OpenEXR texel: the values themselves.
+    Half,
+}
+
+impl VatEncoding {
+    pub const ALL: [VatEncoding; 5] = [
+        Self::Low,
+        Self::Medium,
+        Self::High,
+        Self::Rgba16,
+        Self::Half,
+    ];
+    /// What `auto` chooses among by default: the encodings a browser loads without code of
+    /// ours (browsers decode 16-bit PNG to 8 bits, so `rgba16` is for native engines).
+    pub const WEB: [VatEncoding; 4] = [Self::Low, Self::Medium, Self::High, Self::Half];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+            Self::Rgba16 => "rgba16",
+            Self::Half => "half",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Texels per vertex per frame in the position texture.
+    pub fn planes(self) -> u32 {
+        match self {
+            Self::Medium => 2,
+            Self::High => 3,
+            _ => 1,
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        if self == Self::Half { "exr" } else { "png" }
+    }
+}
+
+/// `auto`, or one encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncodingChoice {
+    Auto,
+    Fixed(VatEncoding),
+}
+
+impl EncodingChoice {
+    pub fn parse(name: &str) -> Option<Self> {
+        if name == "auto" {
+            Some(Self::Auto)
+        } else {
+            VatEncoding::parse(name).map(Self::Fixed)
+        }
+    }
+}
+
+/// Positions as they are, or as offsets from the rest pose (smaller range, more precision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PositionMode {
+    Absolute,
+    Relative,
+}
+
+impl PositionMode {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "absolute" => Some(Self::Absolute),
+            "relative" => Some(Self::Relative),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VatOptions {
+    pub encoding: EncodingChoice,
+    pub mode: PositionMode,
+    /// Frames per second at which every clip is sampled.
+    pub frame_rate: f64,
+    /// Largest position error `auto` accepts, relative to the rest bounding-box diagonal.
+    pub tolerance: f64,
+    /// The same in model units; overrides `tolerance`.
+    pub tolerance_abs: Option<f64>,
+    /// Largest texture width or height (2048, 4096 or 8192).
+    pub max_size: u32,
+    /// Texels per row; default: the vertex count, capped at `max_size`.
+    pub width: Option<u32>,
+    /// The encodings `auto` chooses among.
+    pub candidates: Vec<VatEncoding>,
+}
+
+impl Default for VatOptions {
+    fn default() -> Self {
+        Self {
+            encoding: EncodingChoice::Auto,
+            mode: PositionMode::Relative,
+            frame_rate: 30.0,
+            tolerance: 2.5e-4,
+            tolerance_abs: None,
+            max_size: 4096,
+            width: None,
+            candidates: VatEncoding::WEB.to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum VatError {
+    #[error("the model has no animation to bake")]
+    NoAnimation,
+    #[error(
+        "the model has no skinned mesh and no mesh with animated morph targets ({meshes} mesh nodes)"
+    )]
+    NothingToBake { meshes: usize },
+    #[error("clip {clip:?} has zero length: a VAT needs at least two distinct frames")]
+    ZeroLengthClip { clip: String },
+    #[error(
+        "mesh {mesh:?}: {vertices} vertices need {rows} texture rows per frame at width {width}, \
+         more than the maximum texture size {max_size}"
+    )]
+    DoesNotFit {
+        mesh: String,
+        vertices: usize,
+        width: u32,
+        rows: u32,
+        max_size: u32,
+    },
+    #[error("invalid options: {0}")]
+    Options(String),
+    /// The model itself is broken (the reader's reason).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("writing a texture: {0}")]
+    Texture(String),
+}
+
+impl From<GltfError> for VatError {
+    fn from(e: GltfError) -> Self {
+        Self::Invalid(e.to_string())
+    }
+}
+
+/// One baked mesh: its folder name and files (relative name → bytes), and its description.
+#[derive(Debug, Clone)]
+pub struct VatMesh {
+    pub folder: String,
+    pub files: Vec<(String, Vec<u8>)>,
+    pub meta: VatMeta,
+}
+
+/// Everything baked from one model.
+#[derive(Debug, Clone)]
+pub struct VatBake {
+    pub meshes: Vec<VatMesh>,
+    pub report: VatModelReport,
+}
+
+/// `vat.json` (see `docs/vat.md`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VatMeta {
+    pub format: String,
+    pub version: u32,
+    pub source: String,
+    pub mesh: String,
+    pub node: usize,
+    pub encoding: VatEncoding,
+    pub mode: PositionMode,
+    pub vertices: usize,
+    pub frame_rate: f64,
+    pub frames: usize,
+    pub layout: Layout,
+    pub bounds: Bounds,
+    pub rest_bounds: Bounds,
+    pub animated_bounds: Bounds,
+    pub textures: Vec<TextureEntry>,
+    pub clips: Vec<ClipEntry>,
+    pub error: ErrorReport,
+    /// The largest position error accepted, in model units.
+    pub tolerance: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+    pub shaders: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Layout {
+    pub width: u32,
+    pub rows_per_frame: u32,
+    pub planes: u32,
+    pub frames_per_texture: u32,
+    pub max_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Bounds {
+    pub min: [f32; 3],
+    pub max: [f32; 3],
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TextureEntry {
+    pub positions: String,
+    pub normals: String,
+    pub width: u32,
+    pub height: u32,
+    pub normals_height: u32,
+    pub first_frame: usize,
+    pub frames: usize,
+    pub positions_bytes: u64,
+    pub normals_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClipEntry {
+    pub name: String,
+    pub first_frame: usize,
+    pub frames: usize,
+    pub duration: f64,
+    pub looping: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct ErrorReport {
+    /// Measured: largest distance between a decoded and an evaluated position (model units).
+    pub position_max: f64,
+    /// The same over the rest bounding-box diagonal.
+    pub position_max_relative: f64,
+    /// The encoding's worst case (model units).
+    pub position_bound: f64,
+    /// Measured: largest angle between a decoded and an evaluated normal.
+    pub normal_max_degrees: f64,
+    pub normal_bound_degrees: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Candidate {
+    pub encoding: VatEncoding,
+    pub bytes: u64,
+    pub position_max: f64,
+    pub normal_max_degrees: f64,
+    pub meets_tolerance: bool,
+}
+
+/// Per model, for the build report and the benchmark.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct VatModelReport {
+    pub meshes: Vec<VatMeshReport>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VatMeshReport {
+    pub folder: String,
+    pub vertices: usize,
+    pub frames: usize,
+    pub encoding: VatEncoding,
+    pub texture_bytes: u64,
+    pub mesh_bytes: u64,
+    pub position_max: f64,
+    pub position_max_relative: f64,
+    pub normal_max_degrees: f64,
+    /// Seconds spent evaluating every vertex at every frame.
+    pub evaluate_seconds: f64,
+    /// Seconds spent quantizing, measuring and compressing the textures (all candidates).
+    pub encode_seconds: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Every vertex's position and normal at every frame of every clip, in frame order.
+pub struct Frames {
+    pub vertices: usize,
+    pub positions: Vec<[f32; 3]>,
+    pub normals: Vec<[f32; 3]>,
+    pub rest: Vec<[f32; 3]>,
+    pub rest_normals: Vec<[f32; 3]>,
+    pub clips: Vec<ClipEntry>,
+}
+
+impl Frames {
+    pub fn count(&self) -> usize {
+        self.positions.len() / self.vertices.max(1)
+    }
+}
+
+/// The mesh nodes worth baking: skinned, or with morph weights some clip animates.
+pub fn bakeable_nodes(rig: &Rig, clips: &[Clip]) -> Vec<usize> {
+    rig.mesh_nodes
+        .iter()
+        .copied()
+        .filter(|&n| {
+            let node = &rig.nodes[n];
+            let vertices: usize = rig.meshes[node.mesh.unwrap()]
+                .primitives
+                .iter()
+                .map(|p| p.positions.len())
+                .sum();
+            vertices > 0
+                && (node.skin.is_some()
+                    || clips.iter().any(|c| {
+                        c.channels
+                            .iter()
+                            .any(|ch| ch.node == n && ch.path == Path::Weights)
+                    }))
+        })
+        .collect()
+}
+
+/// Checks the model can be baked and reads what every bake needs.
+pub fn prepare(asset: &Asset) -> Result<(Rig, Vec<Clip>, Vec<usize>), VatError> {
+    let clips = read_clips(asset)?;
+    if clips.is_empty() {
+        return Err(VatError::NoAnimation);
+    }
+    for (i, clip) in clips.iter().enumerate() {
+        if clip.range().1 <= 0.0 {
+            return Err(VatError::ZeroLengthClip {
+                clip: clip_name(clip, i),
+            });
+        }
+    }
+    let mut rig = Rig::read(asset, 0.015)?;
+    let nodes = bakeable_nodes(&rig, &clips);
+    if nodes.is_empty() {
+        return Err(VatError::NothingToBake {
+            meshes: rig.mesh_nodes.len(),
+        });
+    }
+    fill_missing_normals(asset, &mut rig)?;
+    Ok((rig, clips, nodes))
+}
+
+fn clip_name(clip: &Clip, index: usize) -> String {
+    if clip.name.is_empty() {
+        format!("clip{index}")
+    } else {
+        clip.name.clone()
+    }
+}
+
+/// Primitives without NORMAL get smooth normals from their triangles at rest (what a viewer
+/// would compute), so that every baked vertex has one.
+fn fill_missing_normals(asset: &Asset, rig: &mut Rig) -> Result<(), VatError> {
+    for (m, mesh) in rig.meshes.iter_mut().enumerate() {
+        for (p, primitive) in mesh.primitives.iter_mut().enumerate() {
+            if !primitive.normals.is_empty() || primitive.positions.is_empty() {
+                continue;
+            }
+            let json = &asset.array("meshes")[m]["primitives"][p];
+            let indices = triangle_indices(asset, json, primitive.positions.len())?;
+            let mut normals = vec![DVec3::ZERO; primitive.positions.len()];
+            for t in indices.chunks_exact(3) {
+                let [a, b, c] = [t[0], t[1], t[2]].map(|i| primitive.positions[i as usize]);
+                let face = (b - a).cross(c - a);
+                for &i in t {
+                    normals[i as usize] += face;
+                }
+            }
+            primitive.normals = normals
+                .into_iter()
+                .map(|n| n.try_normalize().unwrap_or(DVec3::Y))
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+/// A primitive's triangle list (indices, or 0..count), or an empty list for other modes.
+fn triangle_indices(asset: &Asset, primitive: &Value, count: usize) -> Result<Vec<u32>, VatError> {
+    let mode = primitive.get("mode").and_then(Value::as_u64).unwrap_or(4);
+    if mode != 4 {
+        return Ok(vec![]);
+    }
+    let indices = match primitive.get("indices").and_then(Value::as_u64) {
+        Some(a) => accessors::read_indices(asset, a as usize, count)?,
+        None => (0..count as u32).collect(),
+    };
+    Ok(indices)
+}
+
+/// Evaluates mesh node `node` at every frame of every clip (and at rest).
+pub fn evaluate(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Frames {
+    let deformer = Deformer::new(rig, node);
+    let vertices = deformer.vertices;
+    let (mut p, mut n) = (Vec::new(), Vec::new());
+    let rest_pose = rig.rest_pose();
+    deformer.deform(rig, &rest_pose, &mut p, &mut n);
+    let rest: Vec<[f32; 3]> = p.iter().map(|v| v.to_array()).collect();
+    let rest_normals: Vec<[f32; 3]> = n.iter().map(|v| v.to_array()).collect();
+    let mut frames = Frames {
+        vertices,
+        positions: Vec::new(),
+        normals: Vec::new(),
+        rest,
+        rest_normals,
+        clips: Vec::new(),
+    };
+    let mut pose = rest_pose;
+    for (i, clip) in clips.iter().enumerate() {
+        let duration = clip.range().1;
+        let count = clip_frames(duration, frame_rate);
+        let first = frames.count();
+        frames.positions.reserve(count * vertices);
+        frames.normals.reserve(count * vertices);
+        for f in 0..count {
+            let t = (f as f64 / frame_rate).min(duration);
+            rig.pose_at(clip, t, &mut pose);
+            deformer.deform(rig, &pose, &mut p, &mut n);
+            frames.positions.extend(p.iter().map(Vec3A::to_array));
+            frames.normals.extend(n.iter().map(Vec3A::to_array));
+        }
+        frames.clips.push(ClipEntry {
+            name: clip_name(clip, i),
+            first_frame: first,
+            frames: count,
+            duration,
+            looping: false,
+        });
+    }
+    frames
+}
+
+/// Frames of a clip: one every `1 / frame_rate` seconds from 0, the last at its exact end.
+pub fn clip_frames(duration: f64, frame_rate: f64) -> usize {
+    (duration * frame_rate - 1e-6).ceil().max(1.0) as usize + 1
+}
+
+/// Where each vertex and frame goes.
+pub fn layout(
+    vertices: usize,
+    encoding: VatEncoding,
+    options: &VatOptions,
+    mesh: &str,
+) -> Result<Layout, VatError> {
+    let max = options.max_size;
+    let width = options
+        .width
+        .unwrap_or(vertices as u32)
+        .clamp(1, max)
+        .min(vertices.max(1) as u32);
+    let rows = vertices.div_ceil(width as usize) as u32;
+    let block = rows * encoding.planes();
+    if block > max {
+        return Err(VatError::DoesNotFit {
+            mesh: mesh.to_string(),
+            vertices,
+            width,
+            rows: block,
+            max_size: max,
+        });
+    }
+    Ok(Layout {
+        width,
+        rows_per_frame: rows,
+        planes: encoding.planes(),
+        frames_per_texture: max / block,
+        max_size: max,
+    })
+}
+
+/// Bakes every bakeable mesh of a model. `source` is the model's path (for `vat.json`).
+pub fn bake_model(asset: &Asset, source: &str, options: &VatOptions) -> Result<VatBake, VatError> {
+    check_options(options)?;
+    let (rig, clips, nodes) = prepare(asset)?;
+    let mut meshes = Vec::new();
+    let mut report = VatModelReport::default();
+    let mut used = Vec::new();
+    for node in nodes {
+        let folder = folder_name(asset, node, &mut used);
+        let started = Instant::now();
+        let mut frames = evaluate(&rig, &clips, node, options.frame_rate);
+        let evaluate_seconds = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let (mesh, mut mesh_report) =
+            bake_mesh(asset, &rig, node, &folder, source, &mut frames, options)?;
+        mesh_report.evaluate_seconds = evaluate_seconds;
+        mesh_report.encode_seconds = started.elapsed().as_secs_f64();
+        report.meshes.push(mesh_report);
+        meshes.push(mesh);
+    }
+    Ok(VatBake { meshes, report })
+}
+
+fn check_options(options: &VatOptions) -> Result<(), VatError> {
+    if !(options.frame_rate.is_finite() && options.frame_rate > 0.0 && options.frame_rate <= 1000.0)
+    {
+        return Err(VatError::Options(format!(
+            "frame rate {} is not in (0, 1000]",
+            options.frame_rate
+        )));
+    }
+    if ![2048, 4096, 8192].contains(&options.max_size) {
+        return Err(VatError::Options(format!(
+            "maximum texture size {} is not 2048, 4096 or 8192",
+            options.max_size
+        )));
+    }
+    let tolerance = options.tolerance_abs.unwrap_or(options.tolerance);
+    if !(tolerance.is_finite() && tolerance > 0.0) {
+        return Err(VatError::Options(format!(
+            "tolerance {tolerance} is not a positive number"
+        )));
+    }
+    if options.encoding == EncodingChoice::Auto && options.candidates.is_empty() {
+        return Err(VatError::Options(
+            "auto has no encodings to choose from".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A file-safe, unique folder name for a mesh node.
+fn folder_name(asset: &Asset, node: usize, used: &mut Vec<String>) -> String {
+    let json = &asset.array("nodes")[node];
+    let mesh_name = json
+        .get("mesh")
+        .and_then(Value::as_u64)
+        .and_then(|m| asset.array("meshes").get(m as usize))
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str);
+    let name = json
+        .get("name")
+        .and_then(Value::as_str)
+        .or(mesh_name)
+        .unwrap_or("");
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    let base = if safe.trim_matches('_').is_empty() {
+        format!("node{node}")
+    } else {
+        safe
+    };
+    let mut name = base.clone();
+    let mut k = 2;
+    while used.contains(&name) {
+        name = format!("{base}-{k}");
+        k += 1;
+    }
+    used.push(name.clone());
+    name
+}
+
+fn bounds_of<'a>(points: impl Iterator<Item = &'a [f32; 3]>) -> Bounds {
+    let mut b = Bounds {
+        min: [f32::INFINITY; 3],
+        max: [f32::NEG_INFINITY; 3],
+    };
+    for p in points {
+        for a in 0..3 {
+            b.min[a] = b.min[a].min(p[a]);
+            b.max[a] = b.max[a].max(p[a]);
+        }
+    }
+    for a in 0..3 {
+        if b.min[a] > b.max[a] {
+            b.min[a] = 0.0;
+            b.max[a] = 0.0;
+        }
+    }
+    b
+}
+
+fn diagonal(b: &Bounds) -> f64 {
+    (0..3)
+        .map(|a| ((b.max[a] - b.min[a]) as f64).powi(2))
+        .sum::<f64>()
+        .sqrt()
+}
+
+/// The values stored for `mode`: positions, or offsets from the rest pose.
+pub fn stored_values(frames: &Frames, mode: PositionMode) -> Vec<[f32; 3]> {
+    match mode {
+        PositionMode::Absolute => frames.positions.clone(),
+        PositionMode::Relative => frames
+            .positions
+            .chunks_exact(frames.vertices)
+            .flat_map(|frame| {
+                frame
+                    .iter()
+                    .zip(&frames.rest)
+                    .map(|(p, r)| [p[0] - r[0], p[1] - r[1], p[2] - r[2]])
+            })
+            .collect(),
+    }
+}
+
+fn bake_mesh(
+    asset: &Asset,
+    rig: &Rig,
+    node: usize,
+    folder: &str,
+    source: &str,
+    frames: &mut Frames,
+    options: &VatOptions,
+) -> Result<(VatMesh, VatMeshReport), VatError> {
+    let rest_bounds = bounds_of(frames.rest.iter());
+    let animated_bounds = bounds_of(frames.positions.iter().chain(&frames.rest));
+    // The model's size: its rest diagonal, or the animated one for a mesh that starts
+    // collapsed (e.g. all morph weights zero at a point).
+    let size = diagonal(&rest_bounds)
+        .max(diagonal(&animated_bounds) * 1e-3)
+        .max(1e-9);
+    let tolerance = options
+        .tolerance_abs
+        .unwrap_or(options.tolerance * rig.diagonal.max(size));
+    let values = stored_values(frames, options.mode);
+    let bounds = bounds_of(values.iter());
+    let mut warnings = Vec::new();
+
+    // Encode each candidate, measure it, keep the chosen one.
+    let tried: Vec<VatEncoding> = match options.encoding {
+        EncodingChoice::Fixed(e) => vec![e],
+        EncodingChoice::Auto => options.candidates.clone(),
+    };
+    let mut candidates = Vec::new();
+    let mut best: Option<(Encoded, Layout)> = None;
+    let mut first_error = None;
+    for encoding in tried {
+        let layout = match layout(frames.vertices, encoding, options, folder) {
+            Ok(l) => l,
+            Err(e) => {
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
+        let codec = PositionCodec::new(encoding, options.mode, bounds);
+        let encoded =
+            textures::encode(frames, &values, &codec, &layout).map_err(VatError::Texture)?;
+        let meets = encoded.error.position_max <= tolerance;
+        candidates.push(Candidate {
+            encoding,
+            bytes: encoded.bytes(),
+            position_max: encoded.error.position_max,
+            normal_max_degrees: encoded.error.normal_max_degrees,
+            meets_tolerance: meets,
+        });
+        let better = match &best {
+            None => true,
+            Some((b, _)) => {
+                let b_meets = b.error.position_max <= tolerance;
+                match (meets, b_meets) {
+                    (true, false) => true,
+                    (false, true) => false,
+                    (true, true) => encoded.bytes() < b.bytes(),
+                    (false, false) => encoded.error.position_max < b.error.position_max,
+                }
+            }
+        };
+        if better {
+            best = Some((encoded, layout));
+        }
+    }
+    let Some((encoded, layout)) = best else {
+        return Err(first_error.expect("a layout error when nothing was encoded"));
+    };
+    if encoded.error.position_max > tolerance {
+        warnings.push(format!(
+            "no encoding meets the tolerance {tolerance:.3e}: {} has the smallest error, {:.3e}",
+            encoded.encoding.name(),
+            encoded.error.position_max
+        ));
+    }
+    // A clip loops when its last frame shows what its first does.
+    for clip in &mut frames.clips {
+        let v = frames.vertices;
+        let first = &frames.positions[clip.first_frame * v..(clip.first_frame + 1) * v];
+        let last_frame = clip.first_frame + clip.frames - 1;
+        let last = &frames.positions[last_frame * v..(last_frame + 1) * v];
+        let gap = first
+            .iter()
+            .zip(last)
+            .map(|(a, b)| distance(a, b))
+            .fold(0.0, f64::max);
+        clip.looping = gap <= tolerance.max(encoded.error.position_bound);
+    }
+
+    let encoding = encoded.encoding;
+    let ext = encoding.extension();
+    let mut files = Vec::new();
+    let mut entries = Vec::new();
+    for (i, texture) in encoded.textures.into_iter().enumerate() {
+        let positions = format!("positions-{i}.{ext}");
+        let normals = format!("normals-{i}.{ext}");
+        entries.push(TextureEntry {
+            positions: positions.clone(),
+            normals: normals.clone(),
+            width: texture.width,
+            height: texture.height,
+            normals_height: texture.normals_height,
+            first_frame: texture.first_frame,
+            frames: texture.frames,
+            positions_bytes: texture.positions.len() as u64,
+            normals_bytes: texture.normals.len() as u64,
+        });
+        files.push((positions, texture.positions));
+        files.push((normals, texture.normals));
+    }
+    let mesh_glb = mesh_glb(asset, rig, node, frames, &layout)?;
+    let mesh_name = asset.array("nodes")[node]
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(folder)
+        .to_string();
+    let meta = VatMeta {
+        format: "kiln-vat".into(),
+        version: FORMAT_VERSION,
+        source: source.to_string(),
+        mesh: mesh_name,
+        node,
+        encoding,
+        mode: options.mode,
+        vertices: frames.vertices,
+        frame_rate: options.frame_rate,
+        frames: frames.count(),
+        layout,
+        bounds,
+        rest_bounds,
+        animated_bounds,
+        textures: entries,
+        clips: frames.clips.clone(),
+        error: ErrorReport {
+            position_max_relative: encoded.error.position_max / size,
+            ..encoded.error
+        },
+        tolerance,
+        candidates: if options.encoding == EncodingChoice::Auto {
+            candidates
+        } else {
+            vec![]
+        },
+        shaders: BTreeMap::from([
+            ("glsl".to_string(), "vat.glsl".to_string()),
+            ("wgsl".to_string(), "vat.wgsl".to_string()),
+        ]),
+    };
+    files.push(("vat.glsl".into(), shaders::glsl(&meta).into_bytes()));
+    files.push(("vat.wgsl".into(), shaders::wgsl(&meta).into_bytes()));
+    let mut json = serde_json::to_vec_pretty(&meta).expect("vat.json serialises");
+    json.push(b'\n');
+    files.push(("vat.json".into(), json));
+    let report = VatMeshReport {
+        folder: folder.to_string(),
+        vertices: frames.vertices,
+        frames: frames.count(),
+        encoding,
+        texture_bytes: meta
+            .textures
+            .iter()
+            .map(|t| t.positions_bytes + t.normals_bytes)
+            .sum(),
+        mesh_bytes: mesh_glb.len() as u64,
+        position_max: meta.error.position_max,
+        position_max_relative: meta.error.position_max_relative,
+        normal_max_degrees: meta.error.normal_max_degrees,
+        evaluate_seconds: 0.0,
+        encode_seconds: 0.0,
+        warnings,
+    };
+    files.insert(0, ("mesh.glb".into(), mesh_glb));
+    Ok((
+        VatMesh {
+            folder: folder.to_string(),
+            files,
+            meta,
+        },
+        report,
+    ))
+}
+
+pub fn distance(a: &[f32; 3], b: &[f32; 3]) -> f64 {
+    let d = |i: usize| (a[i] as f64 - b[i] as f64).powi(2);
+    (d(0) + d(1) + d(2)).sqrt()
+}
+
+/// The mesh node as a static mesh in its rest pose (model space), with `TEXCOORD_1`
+/// addressing each vertex's texel; materials and their textures kept.
+fn mesh_glb(
+    asset: &Asset,
+    rig: &Rig,
+    node: usize,
+    frames: &Frames,
+    layout: &Layout,
+) -> Result<Vec<u8>, VatError> {
+    let mesh_index = rig.nodes[node].mesh.expect("a mesh node");
+    let source_mesh = &asset.array("meshes")[mesh_index];
+    let mut out = Asset {
+        json: json!({"asset": {"version": "2.0", "generator": "Kiln VAT"}}),
+        views: Vec::new(),
+    };
+    // Materials and everything they reference, as they are.
+    for key in ["materials", "textures", "samplers"] {
+        if let Some(v) = asset.json.get(key) {
+            out.json[key] = v.clone();
+        }
+    }
+    if let Some(images) = asset.json.get("images").and_then(Value::as_array) {
+        let mut copied = Vec::new();
+        for image in images {
+            let mut image = image.clone();
+            if let Some(view) = image.get("bufferView").and_then(Value::as_u64) {
+                let data = asset.views.get(view as usize).cloned().unwrap_or_default();
+                image["bufferView"] = json!(accessors::push_view(&mut out, data, None, None));
+            }
+            copied.push(image);
+        }
+        out.json["images"] = Value::Array(copied);
+    }
+    let dropped = [
+        "EXT_meshopt_compression",
+        "KHR_meshopt_compression",
+        "KHR_mesh_quantization",
+        "KHR_draco_mesh_compression",
+    ];
+    for key in ["extensionsUsed", "extensionsRequired"] {
+        if let Some(list) = asset.json.get(key).and_then(Value::as_array) {
+            let kept: Vec<Value> = list
+                .iter()
+                .filter(|e| !dropped.contains(&e.as_str().unwrap_or("")))
+                .cloned()
+                .collect();
+            if !kept.is_empty() {
+                out.json[key] = Value::Array(kept);
+            }
+        }
+    }
+    let mut primitives = Vec::new();
+    let mut first_vertex = 0usize;
+    for (p, primitive) in source_mesh["primitives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let count = rig.meshes[mesh_index].primitives[p].positions.len();
+        if count == 0 {
+            continue;
+        }
+        let range = first_vertex..first_vertex + count;
+        first_vertex += count;
+        let mut attributes = serde_json::Map::new();
+        let rest: Vec<f32> = frames.rest[range.clone()]
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        attributes.insert(
+            "POSITION".into(),
+            json!(push_floats(&mut out, &rest, 3, true)),
+        );
+        let normals: Vec<f32> = frames.rest_normals[range.clone()]
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        attributes.insert(
+            "NORMAL".into(),
+            json!(push_floats(&mut out, &normals, 3, false)),
+        );
+        for name in ["TEXCOORD_0", "COLOR_0"] {
+            if let Some(a) = primitive
+                .pointer(&format!("/attributes/{name}"))
+                .and_then(Value::as_u64)
+            {
+                let (l, values) = accessors::read_f32(asset, a as usize)?;
+                if l.count == count {
+                    attributes.insert(
+                        name.into(),
+                        json!(push_floats(&mut out, &values, l.components, false)),
+                    );
+                }
+            }
+        }
+        let texel: Vec<f32> = range
+            .clone()
+            .flat_map(|v| {
+                let (col, row) = (v as u32 % layout.width, v as u32 / layout.width);
+                [
+                    (col as f32 + 0.5) / layout.width as f32,
+                    (row as f32 + 0.5) / layout.rows_per_frame as f32,
+                ]
+            })
+            .collect();
+        attributes.insert(
+            "TEXCOORD_1".into(),
+            json!(push_floats(&mut out, &texel, 2, false)),
+        );
+        let mut prim = json!({"attributes": attributes});
+        let mode = primitive.get("mode").and_then(Value::as_u64).unwrap_or(4);
+        if mode != 4 {
+            prim["mode"] = json!(mode);
+        }
+        if let Some(m) = primitive.get("material") {
+            prim["material"] = m.clone();
+        }
+        if let Some(a) = primitive.get("indices").and_then(Value::as_u64) {
+            let indices = accessors::read_indices(asset, a as usize, count)?;
+            let data: Vec<u8> = indices.iter().flat_map(|i| i.to_le_bytes()).collect();
+            let view =
+                accessors::push_view(&mut out, data, None, Some(accessors::ELEMENT_ARRAY_BUFFER));
+            prim["indices"] = json!(accessors::push_accessor(
+                &mut out,
+                json!({"bufferView": view, "componentType": accessors::UNSIGNED_INT,
+                    "count": indices.len(), "type": "SCALAR"})
+            ));
+        }
+        primitives.push(prim);
+    }
+    let name = source_mesh
+        .get("name")
+        .cloned()
+        .unwrap_or_else(|| json!("vat"));
+    out.json["meshes"] = json!([{"name": name, "primitives": primitives}]);
+    let node_name = asset.array("nodes")[node]
+        .get("name")
+        .cloned()
+        .unwrap_or_else(|| name.clone());
+    out.json["nodes"] = json!([{"name": node_name, "mesh": 0,
+        "extras": {"kiln_vat": "vat.json"}}]);
+    out.json["scenes"] = json!([{"nodes": [0]}]);
+    out.json["scene"] = json!(0);
+    Ok(out.to_glb())
+}
+
+fn push_floats(asset: &mut Asset, values: &[f32], components: usize, bounds: bool) -> usize {
+    let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = accessors::push_view(asset, data, None, Some(accessors::ARRAY_BUFFER));
+    let mut a = json!({"bufferView": view, "componentType": accessors::FLOAT,
+        "count": values.len() / components, "type": accessors::type_name(components)});
+    if bounds {
+        let (lo, hi): (Vec<f32>, Vec<f32>) = (0..components)
+            .map(|c| {
+                let it = values.iter().skip(c).step_by(components);
+                (
+                    it.clone().copied().fold(f32::INFINITY, f32::min),
+                    it.copied().fold(f32::NEG_INFINITY, f32::max),
+                )
+            })
+            .unzip();
+        a["min"] = json!(lo);
+        a["max"] = json!(hi);
+    }
+    accessors::push_accessor(asset, a)
+}
+
+/// What the build's `kiln.toml` (or the server) asks of this stage: which models to bake and
+/// how. `files` holds paths, or `*` for every animated model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VatSelection {
+    pub files: Vec<String>,
+    pub options: VatOptions,
+    /// Per-file overrides.
+    pub per_file: BTreeMap<String, VatOptions>,
+}
+
+impl VatSelection {
+    pub fn options_for(&self, path: &str) -> Option<&VatOptions> {
+        if let Some(o) = self.per_file.get(path) {
+            return Some(o);
+        }
+        self.files
+            .iter()
+            .any(|f| f == "*" || f == path)
+            .then_some(&self.options)
+    }
+}
+
+/// What happened to one selected model.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VatModelOutcome {
+    pub source: String,
+    /// `vat.json` of each baked mesh, in the build.
+    pub baked: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<VatModelReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct VatReport {
+    pub models: Vec<VatModelOutcome>,
+}
+
+impl VatReport {
+    /// Every baked mesh, for the manifest.
+    pub fn baked(&self) -> Vec<super::sign::VatBaked> {
+        let mut out = Vec::new();
+        for model in &self.models {
+            let Some(report) = &model.report else {
+                continue;
+            };
+            for (path, mesh) in model.baked.iter().zip(&report.meshes) {
+                out.push(super::sign::VatBaked {
+                    source: model.source.clone(),
+                    mesh: mesh.folder.clone(),
+                    path: path.clone(),
+                    encoding: mesh.encoding.name().to_string(),
+                });
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("vat: {path}: {source}")]
+pub struct VatRunError {
+    pub path: String,
+    pub source: std::io::Error,
+}
+
+impl VatRunError {
+    pub fn is_permanent(&self) -> bool {
+        false
+    }
+}
+
+/// Bakes the selected models of the tree, writing each mesh's files under `<model>.vat/`.
+/// A model that can't be baked gets its reason in the report; the build goes on.
+pub fn run(
+    tree: &FileTree,
+    inventory: &Inventory,
+    selection: &VatSelection,
+) -> Result<(FileTree, VatReport), VatRunError> {
+    let mut tree = tree.clone();
+    let mut report = VatReport::default();
+    for entry in &inventory.entries {
+        if !matches!(entry.kind, FileKind::Glb | FileKind::Gltf)
+            || entry.error.is_some()
+            || entry.used_by.is_some()
+        {
+            continue;
+        }
+        let Some(options) = selection.options_for(&entry.path) else {
+            continue;
+        };
+        let io = |source| VatRunError {
+            path: entry.path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
+        let resources = TreeResources {
+            tree: &tree,
+            model: &entry.path,
+        };
+        let baked = Asset::read(&bytes, &resources)
+            .map_err(VatError::from)
+            .and_then(|asset| bake_model(&asset, &entry.path, options));
+        let bake = match baked {
+            Ok(b) => b,
+            Err(e) => {
+                report.models.push(VatModelOutcome {
+                    source: entry.path.clone(),
+                    baked: vec![],
+                    report: None,
+                    error: Some(e.to_string()),
+                });
+                continue;
+            }
+        };
+        let stem = entry
+            .path
+            .strip_suffix(".glb")
+            .or_else(|| entry.path.strip_suffix(".gltf"))
+            .unwrap_or(&entry.path);
+        let base = format!("{stem}.vat");
+        if tree
+            .files
+            .iter()
+            .any(|f| f.path.starts_with(&format!("{base}/")))
+        {
+            report.models.push(VatModelOutcome {
+                source: entry.path.clone(),
+                baked: vec![],
+                report: None,
+                error: Some(format!(
+                    "the build already has files under {base}/; not baked"
+                )),
+            });
+            continue;
+        }
+        let mut baked = Vec::new();
+        for mesh in &bake.meshes {
+            for (name, data) in &mesh.files {
+                let path = format!("{base}/{}/{name}", mesh.folder);
+                let full = tree.root.join(&path);
+                let write = full
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|_| std::fs::write(&full, data));
+                write.map_err(|source| VatRunError {
+                    path: path.clone(),
+                    source,
+                })?;
+                tree.files.push(TreeFile {
+                    path,
+                    size: data.len() as u64,
+                });
+            }
+            baked.push(format!("{base}/{}/vat.json", mesh.folder));
+        }
+        report.models.push(VatModelOutcome {
+            source: entry.path.clone(),
+            baked,
+            report: Some(bake.report),
+            error: None,
+        });
+    }
+    tree.files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((tree, report))
+}
+
+/// The `[vat]` table of a build's `kiln.toml` (and, converted, the server's `[vat]`
+/// configuration): which models to bake and how. Absent values keep the defaults.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VatSettings {
+    /// Paths inside the build, or `*` for every animated model.
+    pub files: Option<Vec<String>>,
+    pub encoding: Option<String>,
+    pub mode: Option<String>,
+    pub frame_rate: Option<f64>,
+    pub tolerance: Option<f64>,
+    pub tolerance_abs: Option<f64>,
+    pub max_size: Option<u32>,
+    pub width: Option<u32>,
+    /// Per-file settings, `[vat.file."characters/fox.glb"]`: that file is baked with them.
+    pub file: BTreeMap<String, VatSettings>,
+}
+
+impl VatSettings {
+    /// `base` with these settings applied.
+    pub fn apply(&self, base: &VatOptions) -> Result<VatOptions, String> {
+        let mut o = base.clone();
+        if let Some(e) = &self.encoding {
+            o.encoding = EncodingChoice::parse(e).ok_or_else(|| {
+                format!("encoding {e:?} is not auto, low, medium, high, rgba16 or half")
+            })?;
+        }
+        if let Some(m) = &self.mode {
+            o.mode = PositionMode::parse(m)
+                .ok_or_else(|| format!("mode {m:?} is not relative or absolute"))?;
+        }
+        if let Some(f) = self.frame_rate {
+            o.frame_rate = f;
+        }
+        if let Some(t) = self.tolerance {
+            o.tolerance = t;
+            o.tolerance_abs = None;
+        }
+        if let Some(t) = self.tolerance_abs {
+            o.tolerance_abs = (t > 0.0).then_some(t);
+        }
+        if let Some(m) = self.max_size {
+            o.max_size = m;
+        }
+        if let Some(w) = self.width {
+            o.width = (w > 0).then_some(w);
+        }
+        check_options(&o).map_err(|e| e.to_string())?;
+        Ok(o)
+    }
+
+    /// The selection these settings make on top of `base` (the server's): files listed here
+    /// are added, options applied to all, per-file settings on top.
+    pub fn select(&self, base: &VatSelection) -> Result<VatSelection, String> {
+        let options = self.apply(&base.options)?;
+        let mut files = base.files.clone();
+        files.extend(self.files.iter().flatten().cloned());
+        let mut per_file = BTreeMap::new();
+        for (path, settings) in &self.file {
+            if !settings.file.is_empty() || settings.files.is_some() {
+                return Err(format!("[vat.file.{path:?}] cannot list files itself"));
+            }
+            per_file.insert(
+                path.clone(),
+                settings
+                    .apply(&options)
+                    .map_err(|e| format!("{path}: {e}"))?,
+            );
+        }
+        Ok(VatSelection {
+            files,
+            options,
+            per_file,
+        })
+    }
+}
+
+/// The build's own configuration file, at the root of the package.
+pub const BUILD_CONFIG: &str = "kiln.toml";
+
+/// What a build asks for: its `kiln.toml`'s `[vat]` table over the server's selection.
+pub fn build_selection(
+    kiln_toml: Option<&str>,
+    server: &VatSelection,
+) -> Result<VatSelection, String> {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct BuildConfig {
+        vat: Option<VatSettings>,
+    }
+    let Some(text) = kiln_toml else {
+        return Ok(server.clone());
+    };
+    let config: BuildConfig =
+        toml::from_str(text).map_err(|e| format!("{BUILD_CONFIG}: {}", e.message()))?;
+    match config.vat {
+        Some(settings) => settings
+            .select(server)
+            .map_err(|e| format!("{BUILD_CONFIG} [vat]: {e}")),
+        None => Ok(server.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

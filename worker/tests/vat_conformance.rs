@@ -1,0 +1,220 @@
+//! The VAT stage judged from outside: baked frames against three.js' own skinning
+//! (GLTFLoader + AnimationMixer + SkinnedMesh.getVertexPosition, `tests/gltf-check/anim.mjs`),
+//! the files decoded by the format's reader on every animated model of the corpus, the
+//! `kiln-worker vat` command, and the VAT rendered beside the skinned original in headless
+//! Chromium (`tests/gltf-check/vat-render.mjs`).
+
+mod support;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use kiln_worker::gltf::read_path;
+use kiln_worker::stages::vat::{self, VatOptions, reader};
+
+/// Frames compared with three.js per clip (spread over the clip, both ends included).
+const FRAMES_PER_CLIP: usize = 24;
+
+#[test]
+fn baked_frames_agree_with_three_js_and_decode_within_their_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut report = Vec::new();
+    let mut checked = 0;
+    for model in support::models() {
+        let asset = read_path(&model).unwrap();
+        let Ok((rig, clips, nodes)) = vat::prepare(&asset) else {
+            continue;
+        };
+        let options = VatOptions::default();
+        let bake = vat::bake_model(&asset, "model", &options).unwrap();
+        // The frames three.js is asked for: a spread of each clip's VAT frames.
+        let picked: Vec<Vec<usize>> = bake.meshes[0]
+            .meta
+            .clips
+            .iter()
+            .map(|c| {
+                let step = c.frames.div_ceil(FRAMES_PER_CLIP).max(1);
+                let mut f: Vec<usize> = (0..c.frames).step_by(step).collect();
+                if f.last() != Some(&(c.frames - 1)) {
+                    f.push(c.frames - 1);
+                }
+                f
+            })
+            .collect();
+        let meta0 = &bake.meshes[0].meta;
+        let spec = serde_json::json!({"clips": meta0.clips.iter().zip(&picked).enumerate()
+            .map(|(i, (c, f))| serde_json::json!({"index": i, "times": f.iter()
+                .map(|&f| (f as f64 / meta0.frame_rate).min(c.duration)).collect::<Vec<_>>()}))
+            .collect::<Vec<_>>()});
+        let spec_path = dir.path().join("times.json");
+        let bin_path = dir.path().join("out.bin");
+        std::fs::write(&spec_path, spec.to_string()).unwrap();
+        let summary = support::node_json(
+            "anim.mjs",
+            &[
+                OsStr::new("sample"),
+                model.as_os_str(),
+                spec_path.as_os_str(),
+                bin_path.as_os_str(),
+            ],
+        );
+        let all_vertices = summary["vertices"].as_u64().unwrap() as usize;
+        let three: Vec<f32> = std::fs::read(&bin_path)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let offset_of = |node: usize| -> usize {
+            rig.mesh_nodes
+                .iter()
+                .take_while(|&&n| n != node)
+                .map(|&n| {
+                    rig.meshes[rig.nodes[n].mesh.unwrap()]
+                        .primitives
+                        .iter()
+                        .map(|p| p.positions.len())
+                        .sum::<usize>()
+                })
+                .sum()
+        };
+        let (mut evaluated_worst, mut decoded_worst) = (0f64, 0f64);
+        for (mesh, &node) in bake.meshes.iter().zip(&nodes) {
+            let meta = &mesh.meta;
+            assert_eq!(meta.node, node);
+            let frames = vat::evaluate(&rig, &clips, node, meta.frame_rate);
+            let (decoded, _) =
+                reader::decode(&mesh.files).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+            let offset = offset_of(node);
+            let mut sample = 0;
+            for (clip, frames_of_clip) in meta.clips.iter().zip(&picked) {
+                for &f in frames_of_clip {
+                    let g = clip.first_frame + f;
+                    for v in 0..meta.vertices {
+                        let at = (sample * all_vertices + offset + v) * 3;
+                        let q = [three[at], three[at + 1], three[at + 2]];
+                        let e = vat::distance(&frames.positions[g * meta.vertices + v], &q);
+                        let d = vat::distance(&decoded[g * meta.vertices + v], &q);
+                        evaluated_worst = evaluated_worst.max(e / rig.diagonal);
+                        decoded_worst = decoded_worst.max(d);
+                    }
+                    sample += 1;
+                }
+            }
+            // Decoded positions are within the encoding's bound of three.js' (plus the
+            // evaluator's own agreement); the reported error is within the tolerance.
+            assert!(
+                decoded_worst <= meta.error.position_bound + 1e-5 * rig.diagonal,
+                "{}: decoded vs three {decoded_worst:.3e}, bound {:.3e}",
+                model.display(),
+                meta.error.position_bound
+            );
+            assert!(meta.error.position_max <= meta.error.position_bound);
+        }
+        assert!(
+            evaluated_worst <= 1e-5,
+            "{}: {evaluated_worst:.3e}",
+            model.display()
+        );
+        let m = &bake.report.meshes[0];
+        report.push(format!(
+            "{}: {} mesh(es), {} vertices × {} frames, {}: evaluator vs three.js {evaluated_worst:.2e} \
+             of the diagonal, decoded max error {:.2e} of the diagonal, normals {:.3}°",
+            model.file_name().unwrap().to_string_lossy(),
+            bake.meshes.len(),
+            m.vertices,
+            m.frames,
+            m.encoding.name(),
+            m.position_max_relative,
+            m.normal_max_degrees
+        ));
+        checked += 1;
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(checked > 0);
+}
+
+fn fox() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game/assets/Fox.glb")
+}
+
+fn kiln_worker(args: &[&OsStr], data_dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln-worker"))
+        .args(args)
+        .env("KILN_DATA_DIR", data_dir)
+        .output()
+        .unwrap()
+}
+
+/// `kiln-worker vat` writes what docs/vat.md lists, and says why it can't bake a model.
+#[test]
+fn the_vat_command_bakes_and_refuses_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("baked");
+    let run = kiln_worker(
+        &[
+            OsStr::new("vat"),
+            fox().as_os_str(),
+            OsStr::new("--out"),
+            out.as_os_str(),
+            OsStr::new("--json"),
+        ],
+        dir.path(),
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let folder = report["meshes"][0]["folder"].as_str().unwrap();
+    for name in [
+        "mesh.glb",
+        "positions-0.png",
+        "normals-0.png",
+        "vat.json",
+        "vat.glsl",
+        "vat.wgsl",
+    ] {
+        assert!(out.join(folder).join(name).exists(), "{name}");
+    }
+    // The Khronos validator accepts the mesh.
+    let validated = support::node_json(
+        "check.mjs",
+        &[out.join(folder).join("mesh.glb").as_os_str()],
+    );
+    let output = &validated["outputs"][0];
+    assert_eq!(output["validator"]["numErrors"], 0, "{output}");
+
+    // A model without animation: exit 2, the reason, nothing written.
+    let still = dir.path().join("still");
+    let cube = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/static-triangle.gltf");
+    let run = kiln_worker(
+        &[
+            OsStr::new("vat"),
+            cube.as_os_str(),
+            OsStr::new("--out"),
+            still.as_os_str(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(run.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("has no animation to bake"), "{err}");
+    assert!(!still.exists());
+    // Bad options: named.
+    let run = kiln_worker(
+        &[
+            OsStr::new("vat"),
+            fox().as_os_str(),
+            OsStr::new("--out"),
+            still.as_os_str(),
+            OsStr::new("--encoding"),
+            OsStr::new("ultra"),
+        ],
+        dir.path(),
+    );
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("encoding \"ultra\""));
+    assert!(!still.exists());
+}
