@@ -229,3 +229,161 @@ fn a_broken_model_fails_that_file_not_the_build() {
     assert_eq!(models.len(), 1, "only the good model has variants");
     assert_eq!(models[0]["path"], "models/fox.glb");
 }
+
+fn fox() -> Vec<u8> {
+    std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/sample-game/assets/Fox.glb"),
+    )
+    .unwrap()
+}
+
+fn manifest_and_report(out: &std::path::Path) -> (serde_json::Value, serde_json::Value) {
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(out.join(name)).unwrap()).unwrap()
+    };
+    (read("manifest.json"), read("report.json"))
+}
+
+/// `process --vat` bakes every animated model; the bake's files are in the signed manifest
+/// with a `vat` entry per mesh; a model the stage can't bake is named with the reason and
+/// the build goes on.
+#[test]
+fn process_with_vat_puts_the_bake_in_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let package = dir.path().join("game.zip");
+    let still = br#"{"asset":{"version":"2.0"},"buffers":[{"uri":"mesh.bin","byteLength":4}]}"#;
+    std::fs::write(
+        &package,
+        zip_with(&[
+            ("index.html", b"<!doctype html>"),
+            ("models/fox.glb", &fox()),
+            ("models/box.gltf", still),
+            ("models/mesh.bin", b"\0\0\0\0"),
+        ]),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let output = run(
+        &[
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--vat",
+        ],
+        dir.path(),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (manifest, report) = manifest_and_report(&out);
+    let vat = manifest["vat"].as_array().unwrap();
+    assert_eq!(vat.len(), 1, "{vat:?}");
+    assert_eq!(vat[0]["source"], "models/fox.glb");
+    assert_eq!(vat[0]["path"], "models/fox.vat/fox/vat.json");
+    let paths: Vec<&str> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for name in [
+        "mesh.glb",
+        "positions-0.png",
+        "normals-0.png",
+        "vat.json",
+        "vat.glsl",
+        "vat.wgsl",
+    ] {
+        assert!(
+            paths.contains(&format!("models/fox.vat/fox/{name}").as_str()),
+            "{name}"
+        );
+    }
+    // The VAT mesh is not a model of the game: no geometry variants of it.
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.contains("fox.vat") && p.contains(".meshopt."))
+    );
+    let models = report["stages"]["vat"]["models"].as_array().unwrap();
+    let box_model = models
+        .iter()
+        .find(|m| m["source"] == "models/box.gltf")
+        .unwrap();
+    assert_eq!(box_model["error"], "the model has no animation to bake");
+    let fox_report = &models
+        .iter()
+        .find(|m| m["source"] == "models/fox.glb")
+        .unwrap()["report"];
+    assert!(fox_report["meshes"][0]["position_max"].as_f64().unwrap() > 0.0);
+}
+
+/// A build's `kiln.toml` chooses models and settings; a bad one fails the build and says
+/// which setting is wrong.
+#[test]
+fn kiln_toml_selects_models_and_bad_settings_fail_the_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let package = dir.path().join("game.zip");
+    let toml = b"[vat]\nfiles = [\"fox.glb\"]\nencoding = \"low\"\nframe_rate = 10\n";
+    std::fs::write(
+        &package,
+        zip_with(&[("kiln.toml", toml), ("fox.glb", &fox())]),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let output = run(
+        &[
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (manifest, _) = manifest_and_report(&out);
+    assert_eq!(manifest["vat"][0]["encoding"], "low");
+
+    let bad = dir.path().join("bad.zip");
+    std::fs::write(
+        &bad,
+        zip_with(&[
+            ("kiln.toml", b"[vat]\nencoding = \"ultra\"\n"),
+            ("fox.glb", &fox()),
+        ]),
+    )
+    .unwrap();
+    let out = dir.path().join("bad-out");
+    let output = run(
+        &[
+            "process",
+            bad.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let (_, report) = {
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        ((), r)
+    };
+    assert_eq!(report["error"]["stage"], "vat");
+    assert_eq!(report["error"]["file"], "kiln.toml");
+    assert!(
+        report["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("encoding \"ultra\"")
+    );
+    assert!(!out.join("manifest.json").exists());
+}

@@ -218,3 +218,66 @@ fn the_vat_command_bakes_and_refuses_clearly() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("encoding \"ultra\""));
     assert!(!still.exists());
 }
+
+/// Renders the skinned original (three.js' GLTFLoader + AnimationMixer) and its VAT (mesh.glb,
+/// textures, the shipped vat.glsl) at the same frames in headless Chromium: the images match;
+/// with the bounds or the texel addressing deliberately wrong they do not.
+#[test]
+fn the_vat_renders_like_the_skinned_original_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut models = vec![fox()];
+    let cesium = support::shared_assets().join("CesiumMan/CesiumMan.glb");
+    if cesium.exists() {
+        models.push(cesium);
+    }
+    for (m, model) in models.iter().enumerate() {
+        let out = dir.path().join(format!("bake{m}"));
+        let run = kiln_worker(
+            &[
+                OsStr::new("vat"),
+                model.as_os_str(),
+                OsStr::new("--out"),
+                out.as_os_str(),
+            ],
+            dir.path(),
+        );
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let clips = if m == 0 {
+            vec!["Survey", "Run"]
+        } else {
+            vec!["0"]
+        };
+        for clip in clips {
+            let render = |broken: &str| -> f64 {
+                let result = support::node_json(
+                    "vat-render.mjs",
+                    &[
+                        model.as_os_str(),
+                        out.as_os_str(),
+                        OsStr::new("--clip"),
+                        OsStr::new(clip),
+                        OsStr::new("--break"),
+                        OsStr::new(broken),
+                    ],
+                );
+                // Times on stored frames: the VAT holds exactly those poses.
+                result["overall"]["on_frame_max_frac_over"]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("{result}"))
+            };
+            let good = render("none");
+            let bounds = render("bounds");
+            let uv = render("uv");
+            eprintln!(
+                "{} {clip}: pixels differing > 16/255: {good:.2e} (bounds broken {bounds:.3}, texels broken {uv:.3})",
+                model.file_name().unwrap().to_string_lossy()
+            );
+            assert!(good <= 5e-3, "{clip}: {good}");
+            assert!(bounds > 0.2 && uv > 0.2, "{clip}: {bounds} {uv}");
+        }
+    }
+}

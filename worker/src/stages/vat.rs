@@ -226,6 +226,10 @@ pub struct VatMeta {
     pub animated_bounds: Bounds,
     pub textures: Vec<TextureEntry>,
     pub clips: Vec<ClipEntry>,
+    /// The source mesh has no NORMAL: glTF shades it flat, so `mesh.glb` has none either and
+    /// a renderer should shade it flat (three.js does so by itself); the normal textures hold
+    /// smooth normals for engines that want them.
+    pub flat_shading: bool,
     pub error: ErrorReport,
     /// The largest position error accepted, in model units.
     pub tolerance: f64,
@@ -266,8 +270,12 @@ pub struct TextureEntry {
 pub struct ClipEntry {
     pub name: String,
     pub first_frame: usize,
+    /// Frames stored: one every `1 / frame_rate` s from 0, and the last at the exact end.
     pub frames: usize,
     pub duration: f64,
+    /// `duration × frame_rate`: where the last frame sits, in frames (what the shaders'
+    /// `vatFrame` takes, so that playback and loops keep the clip's exact duration).
+    pub frame_span: f64,
     pub looping: bool,
 }
 
@@ -465,6 +473,7 @@ pub fn evaluate(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Fram
             first_frame: first,
             frames: count,
             duration,
+            frame_span: duration * frame_rate,
             looping: false,
         });
     }
@@ -714,11 +723,18 @@ fn bake_mesh(
         return Err(first_error.expect("a layout error when nothing was encoded"));
     };
     if encoded.error.position_max > tolerance {
-        warnings.push(format!(
-            "no encoding meets the tolerance {tolerance:.3e}: {} has the smallest error, {:.3e}",
-            encoded.encoding.name(),
-            encoded.error.position_max
-        ));
+        warnings.push(match options.encoding {
+            EncodingChoice::Auto => format!(
+                "no encoding meets the tolerance {tolerance:.3e}: {} has the smallest error, {:.3e}",
+                encoded.encoding.name(),
+                encoded.error.position_max
+            ),
+            EncodingChoice::Fixed(e) => format!(
+                "{}'s error {:.3e} is over the tolerance {tolerance:.3e}",
+                e.name(),
+                encoded.error.position_max
+            ),
+        });
     }
     // A clip loops when its last frame shows what its first does.
     for clip in &mut frames.clips {
@@ -778,6 +794,7 @@ fn bake_mesh(
         animated_bounds,
         textures: entries,
         clips: frames.clips.clone(),
+        flat_shading: !has_normals(asset, rig, node),
         error: ErrorReport {
             position_max_relative: encoded.error.position_max / size,
             ..encoded.error
@@ -825,6 +842,16 @@ fn bake_mesh(
         },
         report,
     ))
+}
+
+/// Whether every primitive of the node's mesh has its own NORMAL.
+fn has_normals(asset: &Asset, rig: &Rig, node: usize) -> bool {
+    let mesh = rig.nodes[node].mesh.expect("a mesh node");
+    asset.array("meshes")[mesh]["primitives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|p| p.pointer("/attributes/NORMAL").is_some())
 }
 
 pub fn distance(a: &[f32; 3], b: &[f32; 3]) -> f64 {
@@ -912,10 +939,13 @@ fn mesh_glb(
             .flatten()
             .copied()
             .collect();
-        attributes.insert(
-            "NORMAL".into(),
-            json!(push_floats(&mut out, &normals, 3, false)),
-        );
+        // Without NORMAL a glTF mesh is shaded flat: keep it that way.
+        if primitive.pointer("/attributes/NORMAL").is_some() {
+            attributes.insert(
+                "NORMAL".into(),
+                json!(push_floats(&mut out, &normals, 3, false)),
+            );
+        }
         for name in ["TEXCOORD_0", "COLOR_0"] {
             if let Some(a) = primitive
                 .pointer(&format!("/attributes/{name}"))

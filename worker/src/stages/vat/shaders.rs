@@ -60,17 +60,20 @@ pub fn glsl(meta: &VatMeta) -> String {
     }
     s.push_str(
         "\nstruct VatFrame { int a; int b; float t; };\n\n\
-         // Frames `a` and `b` (absolute) and the blend between them for a clip at `time` s.\n\
-         VatFrame vatFrame(float firstFrame, float frameCount, float looping, float time) {\n\
-         \x20 float last = max(frameCount - 1.0, 0.0);\n\
+         // Frames `a` and `b` (absolute) and the blend between them, `time` s into a clip that\n\
+         // starts at `firstFrame` and ends `frameSpan` frames later (vat.json: first_frame,\n\
+         // frame_span); the last frame sits at the exact end, so loops keep the clip's length.\n\
+         VatFrame vatFrame(float firstFrame, float frameSpan, float looping, float time) {\n\
          \x20 float f = time * VAT_FPS;\n\
-         \x20 f = (looping > 0.5 && last > 0.0) ? mod(f, last) : clamp(f, 0.0, last);\n\
-         \x20 float a = floor(f);\n\
+         \x20 f = (looping > 0.5 && frameSpan > 0.0) ? mod(f, frameSpan) : clamp(f, 0.0, frameSpan);\n\
+         \x20 float last = ceil(frameSpan - 0.001);\n\
+         \x20 float a = min(floor(f), last);\n\
+         \x20 float b = min(a + 1.0, last);\n\
          \x20 VatFrame r;\n\
          \x20 r.a = int(firstFrame + a);\n\
-         \x20 r.b = int(firstFrame + min(a + 1.0, last));\n\
+         \x20 r.b = int(firstFrame + b);\n\
          #ifdef VAT_INTERPOLATE\n\
-         \x20 r.t = f - a;\n\
+         \x20 r.t = b > a ? clamp((f - a) / (min(b, frameSpan) - a), 0.0, 1.0) : 0.0;\n\
          #else\n\
          \x20 r.t = 0.0;\n\
          #endif\n\
@@ -216,18 +219,21 @@ pub fn wgsl(meta: &VatMeta) -> String {
     );
     s.push_str(
         "struct VatFrame { a: i32, b: i32, t: f32 }\n\n\
-         fn vat_frame(first_frame: f32, frame_count: f32, looping: bool, time: f32, interpolate: bool) -> VatFrame {\n\
-         \x20 let last = max(frame_count - 1.0, 0.0);\n\
-         \x20 var f = clamp(time * VAT_FPS, 0.0, last);\n\
-         \x20 if (looping && last > 0.0) {\n\
-         \x20   let g = time * VAT_FPS;\n\
-         \x20   f = g - last * floor(g / last);\n\
+         // As vatFrame in vat.glsl; `frame_span` is the clip's vat.json frame_span.\n\
+         fn vat_frame(first_frame: f32, frame_span: f32, looping: bool, time: f32, interpolate: bool) -> VatFrame {\n\
+         \x20 let g = time * VAT_FPS;\n\
+         \x20 var f = clamp(g, 0.0, frame_span);\n\
+         \x20 if (looping && frame_span > 0.0) {\n\
+         \x20   f = g - frame_span * floor(g / frame_span);\n\
          \x20 }\n\
-         \x20 let a = floor(f);\n\
+         \x20 let last = ceil(frame_span - 0.001);\n\
+         \x20 let a = min(floor(f), last);\n\
+         \x20 let b = min(a + 1.0, last);\n\
          \x20 var r: VatFrame;\n\
          \x20 r.a = i32(first_frame + a);\n\
-         \x20 r.b = i32(first_frame + min(a + 1.0, last));\n\
-         \x20 r.t = select(0.0, f - a, interpolate);\n\
+         \x20 r.b = i32(first_frame + b);\n\
+         \x20 let blend = clamp((f - a) / max(min(b, frame_span) - a, 1e-6), 0.0, 1.0);\n\
+         \x20 r.t = select(0.0, blend, interpolate && b > a);\n\
          \x20 return r;\n\
          }\n\n",
     );

@@ -446,3 +446,32 @@ fn validate_wgsl(source: &str) -> Result<(), String> {
     .map_err(|e| format!("{e:?}"))?;
     Ok(())
 }
+
+/// A mesh without NORMAL is shaded flat by glTF: its VAT mesh has no NORMAL either and says
+/// so, and its baked normals are the smooth ones computed from its triangles.
+#[test]
+fn a_mesh_without_normals_stays_flat() {
+    let mut asset = skinned_tube(12, 6);
+    asset.json["meshes"][0]["primitives"][0]["attributes"]
+        .as_object_mut()
+        .unwrap()
+        .remove("NORMAL");
+    let bake = check_bake(&asset, &VatOptions::default());
+    let meta = &bake.meshes[0].meta;
+    assert!(meta.flat_shading);
+    let glb = &bake.meshes[0]
+        .files
+        .iter()
+        .find(|f| f.0 == "mesh.glb")
+        .unwrap()
+        .1;
+    let mesh = Asset::read(glb, &crate::gltf::NoResources).unwrap();
+    assert!(mesh.json["meshes"][0]["primitives"][0]["attributes"]["NORMAL"].is_null());
+    assert!(
+        !bake_model(&skinned_tube(12, 6), "t", &VatOptions::default())
+            .unwrap()
+            .meshes[0]
+            .meta
+            .flat_shading
+    );
+}

@@ -1,0 +1,121 @@
+// A VAT decoder in GLSL ES 3.0 written from docs/vat.md and a vat.json alone: the same
+// functions as the baker's vat.glsl (vatFrame, vatPosition, vatNormal and the
+// vatPositions<i>/vatNormals<i> samplers), so that vat-render.mjs can tell a wrong
+// vat.glsl (`--decoder chunk` fails, `--decoder spec` passes) from wrong textures
+// (both fail). No imports: it runs in the browser page and in Node.
+
+function glslFloat(x) {
+  if (!Number.isFinite(x)) throw new Error(`not a finite number: ${x}`);
+  const s = String(Math.fround(x) === x ? x : Number(x.toPrecision(9)));
+  return /[.e]/.test(s) ? s : `${s}.0`;
+}
+
+function glslVec3(v) {
+  return `vec3(${v.map(glslFloat).join(', ')})`;
+}
+
+/**
+ * @param {object} json vat.json
+ * @param {object} [options]
+ * @param {{min: number[], max: number[]}} [options.bounds] decode with these bounds instead
+ *   (vat-render.mjs --break bounds)
+ */
+export function specChunk(json, options = {}) {
+  const { width: W, rows_per_frame: R, planes: K, frames_per_texture: FPT } = json.layout;
+  const bounds = options.bounds ?? json.bounds;
+  const count = json.textures.length;
+  const encoding = json.encoding;
+  if (!['low', 'medium', 'high', 'half'].includes(encoding)) throw new Error(`spec decoder: encoding ${encoding} not supported`);
+  const lines = [];
+  for (let i = 0; i < count; i++) {
+    lines.push(`uniform highp sampler2D vatPositions${i};`, `uniform highp sampler2D vatNormals${i};`);
+  }
+  // texelFetch on sampler arrays needs constant indices in GLSL ES 3.0: branch instead.
+  const fetchFn = (name) => [
+    `vec4 ${name}Fetch(int tex, ivec2 c) {`,
+    ...Array.from({ length: count }, (_, i) => `  ${i ? 'else ' : ''}if (tex == ${i}) return texelFetch(${name}${i}, c, 0);`),
+    '  return vec4(0.0);',
+    '}',
+  ].join('\n');
+  const relative = json.mode === 'relative';
+  const decodeT = {
+    low: 'vatPositionsFetch(tex, ivec2(col, base)).rgb',
+    medium: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 256.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + VAT_R)))) / 65535.0',
+    high: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 65536.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + VAT_R))) * 256.0'
+      + ' + vatBytes(vatPositionsFetch(tex, ivec2(col, base + 2 * VAT_R)))) / 16777215.0',
+    half: 'vatPositionsFetch(tex, ivec2(col, base)).rgb',
+  }[encoding];
+  const value = encoding === 'half' ? 't' : 'VAT_MIN + t * (VAT_MAX - VAT_MIN)';
+  const octa = encoding === 'half'
+    ? 'vec2 o = c.rg;'
+    : [
+      '  vec3 b = vatBytes(c);',
+      '  float x = 16.0 * b.r + floor(b.g / 16.0);',
+      '  float y = 256.0 * mod(b.g, 16.0) + b.b;',
+      '  vec2 o = vec2(x, y) / 4095.0 * 2.0 - 1.0;',
+    ].join('\n');
+
+  lines.push(
+    `const int VAT_W = ${W};`,
+    `const int VAT_R = ${R};`,
+    `const int VAT_K = ${K};`,
+    `const int VAT_FPT = ${FPT};`,
+    `const float VAT_FRAME_RATE = ${glslFloat(json.frame_rate)};`,
+    `const vec3 VAT_MIN = ${glslVec3(bounds.min)};`,
+    `const vec3 VAT_MAX = ${glslVec3(bounds.max)};`,
+    'struct VatFrame { int a; int b; float t; };',
+    fetchFn('vatPositions'),
+    fetchFn('vatNormals'),
+    // Bytes 0..255 exactly; t of a 24-bit value then stays exact in float32.
+    'vec3 vatBytes(vec4 c) { return floor(c.rgb * 255.0 + 0.5); }',
+    // frameSpan = duration × frame_rate: the last frame sits at the clip's exact end.
+    'VatFrame vatFrame(float firstFrame, float frameSpan, float looping, float time) {',
+    '  float f = time * VAT_FRAME_RATE;',
+    '  if (looping > 0.5 && frameSpan > 0.0) f = mod(f, frameSpan);',
+    '  f = clamp(f, 0.0, frameSpan);',
+    '  float last = ceil(frameSpan - 0.001);',
+    '  float i = min(floor(f), last);',
+    '  float j = min(i + 1.0, last);',
+    '  VatFrame r;',
+    '  r.a = int(firstFrame + i);',
+    '  r.b = int(firstFrame + j);',
+    '#ifdef VAT_INTERPOLATE',
+    '  r.t = j > i ? clamp((f - i) / (min(j, frameSpan) - i), 0.0, 1.0) : 0.0;',
+    '#else',
+    '  r.t = 0.0;',
+    '#endif',
+    '  return r;',
+    '}',
+    'vec3 vatDecodePosition(ivec2 v, int g) {',
+    '  int tex = g / VAT_FPT;',
+    '  int l = g - tex * VAT_FPT;',
+    '  int col = v.x;',
+    '  int base = l * VAT_K * VAT_R + v.y;',
+    `  vec3 t = ${decodeT};`,
+    `  return ${value};`,
+    '}',
+    'vec3 vatDecodeNormal(ivec2 v, int g) {',
+    '  int tex = g / VAT_FPT;',
+    '  int l = g - tex * VAT_FPT;',
+    '  vec4 c = vatNormalsFetch(tex, ivec2(v.x, l * VAT_R + v.y));',
+    octa,
+    '  vec3 n = vec3(o, 1.0 - abs(o.x) - abs(o.y));',
+    '  if (n.z < 0.0) {',
+    '    vec2 s = vec2(n.x >= 0.0 ? 1.0 : -1.0, n.y >= 0.0 ? 1.0 : -1.0);',
+    '    n.xy = (1.0 - abs(n.yx)) * s;',
+    '  }',
+    '  return normalize(n);',
+    '}',
+    'ivec2 vatTexel(vec2 texel) { return ivec2(texel * vec2(float(VAT_W), float(VAT_R))); }',
+    'vec3 vatPosition(vec2 texel, vec3 restPosition, VatFrame f) {',
+    '  ivec2 v = vatTexel(texel);',
+    '  vec3 p = mix(vatDecodePosition(v, f.a), vatDecodePosition(v, f.b), f.t);',
+    relative ? '  return restPosition + p;' : '  return p;',
+    '}',
+    'vec3 vatNormal(vec2 texel, VatFrame f) {',
+    '  ivec2 v = vatTexel(texel);',
+    '  return normalize(mix(vatDecodeNormal(v, f.a), vatDecodeNormal(v, f.b), f.t));',
+    '}',
+  );
+  return `// Kiln VAT decoder written from docs/vat.md (gltf-check/vat-spec-glsl.mjs)\n${lines.join('\n')}\n`;
+}
