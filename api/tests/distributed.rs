@@ -65,3 +65,9 @@ async fn rotated_keys_keep_old_manifests_verifiable() {
 async fn concurrent_uploads_are_bounded() {
     scenarios::concurrent_uploads_are_bounded(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn vat_bakes_what_the_build_asks_for() {
+    scenarios::vat_bakes_what_the_build_asks_for(Distributed).await;
+}

@@ -60,3 +60,8 @@ async fn rotated_keys_keep_old_manifests_verifiable() {
 async fn concurrent_uploads_are_bounded() {
     scenarios::concurrent_uploads_are_bounded(Embedded).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vat_bakes_what_the_build_asks_for() {
+    scenarios::vat_bakes_what_the_build_asks_for(Embedded).await;
+}

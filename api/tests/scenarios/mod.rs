@@ -65,6 +65,7 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         [
             "unpack",
             "inventory",
+            "vat",
             "geometry",
             "encode",
             "sign",
@@ -1208,4 +1209,81 @@ pub fn worker_binary() -> std::path::PathBuf {
         binary.display()
     );
     binary
+}
+
+/// A build whose `kiln.toml` asks for VAT: the bake is published with the build, listed in the
+/// signed manifest, and every file of it served by the CDN as the manifest says.
+pub async fn vat_bakes_what_the_build_asks_for(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token) = kiln.team("vat").await;
+    let fox = std::fs::read(repo_root().join("examples/sample-game/assets/Fox.glb")).unwrap();
+    let package = zip_with(&[
+        ("kiln.toml", b"[vat]\nfiles = [\"models/fox.glb\"]\n"),
+        ("models/fox.glb", &fox),
+    ]);
+    let (code, accepted) = kiln
+        .upload(&token, "crowd", "1.0.0", "application/zip", package)
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    let status = kiln.wait_for_build(&token, &id).await;
+    assert_eq!(status["status"], "published", "{status}");
+    let manifest: Value = kiln
+        .http
+        .get(format!("{}/v1/games/crowd/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let vat = &manifest["vat"][0];
+    assert_eq!(vat["source"], "models/fox.glb", "{manifest}");
+    let meta: Value = kiln
+        .http
+        .get(vat["url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(meta["format"], "kiln-vat");
+    assert!(meta["error"]["position_max"].as_f64().unwrap() <= meta["tolerance"].as_f64().unwrap());
+    // Every file vat.json names is in the manifest and served with the bytes it lists.
+    let folder = vat["path"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("vat.json")
+        .to_string();
+    let texture = &meta["textures"][0];
+    for name in [
+        "mesh.glb",
+        texture["positions"].as_str().unwrap(),
+        texture["normals"].as_str().unwrap(),
+        "vat.glsl",
+    ] {
+        let path = format!("{folder}{name}");
+        let file = manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path.as_str())
+            .unwrap_or_else(|| panic!("{path} not in the manifest"));
+        let bytes = kiln
+            .http
+            .get(file["url"].as_str().unwrap())
+            .header("accept-encoding", "identity")
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(
+            sha256_hex(&bytes),
+            file["sha256"].as_str().unwrap(),
+            "{path}"
+        );
+    }
 }
