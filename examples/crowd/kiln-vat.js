@@ -19,7 +19,9 @@ import * as THREE from 'three';
 import { GLTFLoader } from 'three/addons/loaders/GLTFLoader.js';
 import { EXRLoader } from 'three/addons/loaders/EXRLoader.js';
 
-const SUPPORTED_ENCODINGS = ['low', 'medium', 'high', 'half'];
+import { decodePng16 } from './png16.js';
+
+const SUPPORTED_ENCODINGS = ['low', 'medium', 'high', 'rgba16', 'half'];
 
 async function fetchOk(url) {
   const response = await fetch(url);
@@ -57,7 +59,17 @@ function flipRowsInPlace(texture) {
   if (width * 4 !== rowLength) throw new Error(`unexpected EXR layout: ${rowLength} values per ${width}-texel row`);
 }
 
+// rgba16: browsers would decode the PNG to 8 bits, so png16.js decodes it and the samples
+// go up as unsigned integers (RGBA16UI), read by vat.glsl's usampler2D with texelFetch.
+async function loadPng16Texture(url) {
+  const { width, height, data } = await decodePng16(await (await fetchOk(url)).arrayBuffer(), url);
+  const texture = new THREE.DataTexture(data, width, height, THREE.RGBAIntegerFormat, THREE.UnsignedShortType);
+  texture.internalFormat = 'RGBA16UI';
+  return asDataTexture(texture);
+}
+
 function loadTexture(url, encoding, { flipExrRows }) {
+  if (encoding === 'rgba16') return loadPng16Texture(url);
   if (encoding === 'half') {
     const loader = new EXRLoader().setDataType(THREE.HalfFloatType);
     return loader.loadAsync(url).then((texture) => {
@@ -87,9 +99,7 @@ export async function loadVat(baseUrl, options = {}) {
     throw new Error(`${base}vat.json: not a kiln-vat version 1 file (format ${json.format}, version ${json.version})`);
   }
   if (!SUPPORTED_ENCODINGS.includes(json.encoding)) {
-    throw new Error(json.encoding === 'rgba16'
-      ? `${base}: encoding rgba16 is not supported in the browser (browsers decode 16-bit PNGs to 8 bits); bake with --encoding high or half`
-      : `${base}: unknown encoding ${json.encoding}`);
+    throw new Error(`${base}: unknown encoding ${json.encoding}`);
   }
 
   const glslName = json.shaders?.glsl ?? 'vat.glsl';

@@ -20,8 +20,9 @@ pub struct Deformer {
     normals: Vec<Vec3A>,
     /// Per morph target: position and normal deltas per vertex (normals empty when absent).
     targets: Vec<(Vec<Vec3A>, Vec<Vec3A>)>,
-    /// `per_vertex` (joint slot, weight) pairs per vertex; weight 0 unused.
-    influences: Vec<(u16, f32)>,
+    /// `per_vertex` (joint slot, weight) pairs per vertex, zero weights included: a fixed
+    /// width lets the blend run without branches (faster than skipping zeros).
+    influences: Vec<(u32, f32)>,
     per_vertex: usize,
     skin: Option<usize>,
 }
@@ -37,15 +38,15 @@ impl Deformer {
         let n = &rig.nodes[node];
         let mesh = &rig.meshes[n.mesh.expect("a mesh node")];
         let vertices = mesh.primitives.iter().map(|p| p.positions.len()).sum();
+        let mut positions = Vec::with_capacity(vertices);
+        let mut normals = Vec::with_capacity(vertices);
+        let mut targets = vec![(Vec::new(), Vec::new()); mesh.targets];
         let per_vertex = mesh
             .primitives
             .iter()
             .map(|p| p.influences_per_vertex)
             .max()
             .unwrap_or(0);
-        let mut positions = Vec::with_capacity(vertices);
-        let mut normals = Vec::with_capacity(vertices);
-        let mut targets = vec![(Vec::new(), Vec::new()); mesh.targets];
         let mut influences = Vec::with_capacity(vertices * per_vertex);
         for p in &mesh.primitives {
             let count = p.positions.len();
@@ -65,14 +66,11 @@ impl Deformer {
                     _ => nrm.extend(std::iter::repeat_n(Vec3A::ZERO, count)),
                 }
             }
+            let per = p.influences_per_vertex;
             for v in 0..count {
-                let own =
-                    &p.influences[v * p.influences_per_vertex..(v + 1) * p.influences_per_vertex];
-                influences.extend_from_slice(own);
-                influences.extend(std::iter::repeat_n(
-                    (0u16, 0f32),
-                    per_vertex - p.influences_per_vertex,
-                ));
+                let own = &p.influences[v * per..(v + 1) * per];
+                influences.extend(own.iter().map(|&(slot, w)| (slot as u32, w)));
+                influences.extend(std::iter::repeat_n((0, 0.0), per_vertex - per));
             }
         }
         // Targets whose normal deltas are all zero cost nothing per frame.
@@ -93,39 +91,50 @@ impl Deformer {
         }
     }
 
-    /// Model-space positions and unit normals of every vertex in `pose`.
+    /// Model-space positions and normals of every vertex in `pose`, written into slices of
+    /// `vertices` entries. Normals are not normalised (their direction is the result: the
+    /// octahedral encoding and angle measurements don't need unit length, and skipping it is a
+    /// quarter of the time); `unit` gives unit length where needed.
     pub fn deform(
         &self,
         rig: &Rig,
         pose: &Pose,
-        positions: &mut Vec<Vec3A>,
-        normals: &mut Vec<Vec3A>,
+        positions: &mut [[f32; 3]],
+        normals: &mut [[f32; 3]],
     ) {
-        positions.clear();
-        normals.clear();
-        positions.extend_from_slice(&self.positions);
-        normals.extend_from_slice(&self.normals);
         let weights = &pose.weights[self.node];
-        for (t, (dp, dn)) in self.targets.iter().enumerate() {
-            let w = weights.get(t).copied().unwrap_or(0.0) as f32;
-            if w == 0.0 {
-                continue;
+        let active: Vec<(usize, f32)> = (0..self.targets.len())
+            .map(|t| (t, weights.get(t).copied().unwrap_or(0.0) as f32))
+            .filter(|&(_, w)| w != 0.0)
+            .collect();
+        // Morphed rest positions and normals, only when some target is active.
+        let morphed = (!active.is_empty()).then(|| {
+            let mut p = self.positions.clone();
+            let mut n = self.normals.clone();
+            for &(t, w) in &active {
+                let (dp, dn) = &self.targets[t];
+                for (p, d) in p.iter_mut().zip(dp) {
+                    *p += *d * w;
+                }
+                for (n, d) in n.iter_mut().zip(dn) {
+                    *n += *d * w;
+                }
             }
-            for (p, d) in positions.iter_mut().zip(dp) {
-                *p += *d * w;
-            }
-            for (n, d) in normals.iter_mut().zip(dn) {
-                *n += *d * w;
-            }
-        }
+            (p, n)
+        });
+        let (base_p, base_n) = match &morphed {
+            Some((p, n)) => (p.as_slice(), n.as_slice()),
+            None => (self.positions.as_slice(), self.normals.as_slice()),
+        };
+        let outputs = positions.iter_mut().zip(normals.iter_mut());
         match self.skin {
             None => {
                 let world = pose.world[self.node];
                 let m = Affine3A::from_mat4(world.as_mat4());
                 let normal_matrix = Mat3A::from_mat4(world.inverse().transpose().as_mat4());
-                for (p, n) in positions.iter_mut().zip(normals.iter_mut()) {
-                    *p = m.transform_point3a(*p);
-                    *n = (normal_matrix * *n).normalize_or_zero();
+                for ((p, n), (out_p, out_n)) in base_p.iter().zip(base_n).zip(outputs) {
+                    *out_p = m.transform_point3a(*p).to_array();
+                    *out_n = (normal_matrix * *n).to_array();
                 }
             }
             Some(s) => {
@@ -136,23 +145,37 @@ impl Deformer {
                     .zip(&skin.inverse_binds)
                     .map(|(&j, ibm)| columns(&(pose.world[j] * *ibm)))
                     .collect();
-                let per = self.per_vertex;
-                for (v, (p, n)) in positions.iter_mut().zip(normals.iter_mut()).enumerate() {
+                let per = self.per_vertex.max(1);
+                let vertices = base_p
+                    .iter()
+                    .zip(base_n)
+                    .zip(self.influences.chunks_exact(per))
+                    .zip(outputs);
+                for (((p, n), influences), (out_p, out_n)) in vertices {
                     let mut m = [Vec3A::ZERO; 4];
-                    for &(slot, w) in &self.influences[v * per..(v + 1) * per] {
-                        if w != 0.0 {
-                            let j = &joints[slot as usize];
-                            m[0] += j[0] * w;
-                            m[1] += j[1] * w;
-                            m[2] += j[2] * w;
-                            m[3] += j[3] * w;
-                        }
+                    for &(slot, w) in influences {
+                        let j = &joints[slot as usize];
+                        m[0] += j[0] * w;
+                        m[1] += j[1] * w;
+                        m[2] += j[2] * w;
+                        m[3] += j[3] * w;
                     }
-                    *p = m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3];
-                    *n = (m[0] * n.x + m[1] * n.y + m[2] * n.z).normalize_or_zero();
+                    *out_p = (m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]).to_array();
+                    *out_n = (m[0] * n.x + m[1] * n.y + m[2] * n.z).to_array();
                 }
             }
         }
+    }
+}
+
+/// `v` scaled to length 1 (zero stays zero).
+pub fn unit(v: [f32; 3]) -> [f32; 3] {
+    let v = Vec3A::from_array(v);
+    let length_squared = v.length_squared();
+    if length_squared > 0.0 {
+        (v * length_squared.sqrt().recip()).to_array()
+    } else {
+        v.to_array()
     }
 }
 
@@ -181,7 +204,8 @@ mod tests {
         let node = rig.mesh_nodes[0];
         let deformer = Deformer::new(&rig, node);
         let mut pose = rig.rest_pose();
-        let (mut p, mut n, mut reference) = (Vec::new(), Vec::new(), Vec::new());
+        let v = deformer.vertices;
+        let (mut p, mut n, mut reference) = (vec![[0.0; 3]; v], vec![[0.0; 3]; v], Vec::new());
         for (clip, i) in [0, 1]
             .into_iter()
             .flat_map(|c| (0..=20).map(move |i| (c, i)))
@@ -190,10 +214,14 @@ mod tests {
             deformer.deform(&rig, &pose, &mut p, &mut n);
             rig.points(&pose, &mut reference);
             for (a, b) in p.iter().zip(&reference) {
-                assert!((a.as_dvec3() - *b).length() < 1e-5, "{a} vs {b}");
+                let a = glam::DVec3::from_array(a.map(f64::from));
+                assert!((a - *b).length() < 1e-5, "{a} vs {b}");
             }
-            for v in &n {
-                assert!((v.length() - 1.0).abs() < 1e-5);
+            // The tube's normals point away from its axis, bent with it.
+            for (n, p) in n.iter().zip(&p) {
+                let u = unit(*n);
+                assert!((Vec3A::from_array(u).length() - 1.0).abs() < 1e-5);
+                assert!(u[0] * p[0] + u[2] * p[2] > -1e-3 || p[1] > 0.9, "{u:?} at {p:?}");
             }
         }
     }

@@ -13,13 +13,14 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use glam::{DVec3, Vec3A};
+use glam::DVec3;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::inventory::{FileKind, Inventory};
 use super::{FileTree, TreeFile, TreeResources};
 use crate::animation::metric::read_clips;
+use crate::animation::deform::unit;
 use crate::animation::{Clip, Deformer, Path, Rig};
 use crate::gltf::{Asset, GltfError, accessors};
 
@@ -56,9 +57,6 @@ impl VatEncoding {
         Self::Rgba16,
         Self::Half,
     ];
-    /// What `auto` chooses among by default: the encodings a browser loads without code of
-    /// ours (browsers decode 16-bit PNG to 8 bits, so `rgba16` is for native engines).
-    pub const WEB: [VatEncoding; 4] = [Self::Low, Self::Medium, Self::High, Self::Half];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -151,7 +149,7 @@ impl Default for VatOptions {
             tolerance_abs: None,
             max_size: 4096,
             width: None,
-            candidates: VatEncoding::WEB.to_vec(),
+            candidates: VatEncoding::ALL.to_vec(),
         }
     }
 }
@@ -326,7 +324,8 @@ pub struct VatMeshReport {
     pub warnings: Vec<String>,
 }
 
-/// Every vertex's position and normal at every frame of every clip, in frame order.
+/// Every vertex's position and normal at every frame of every clip, in frame order. Frame
+/// normals are not normalised (only their direction counts); rest normals are.
 pub struct Frames {
     pub vertices: usize,
     pub positions: Vec<[f32; 3]>,
@@ -441,32 +440,39 @@ fn triangle_indices(asset: &Asset, primitive: &Value, count: usize) -> Result<Ve
 pub fn evaluate(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Frames {
     let deformer = Deformer::new(rig, node);
     let vertices = deformer.vertices;
-    let (mut p, mut n) = (Vec::new(), Vec::new());
     let rest_pose = rig.rest_pose();
-    deformer.deform(rig, &rest_pose, &mut p, &mut n);
-    let rest: Vec<[f32; 3]> = p.iter().map(|v| v.to_array()).collect();
-    let rest_normals: Vec<[f32; 3]> = n.iter().map(|v| v.to_array()).collect();
+    let mut rest = vec![[0.0; 3]; vertices];
+    let mut rest_normals = vec![[0.0; 3]; vertices];
+    deformer.deform(rig, &rest_pose, &mut rest, &mut rest_normals);
+    rest_normals.iter_mut().for_each(|n| *n = unit(*n));
+    // Every frame's room at once, filled in place.
+    let counts: Vec<usize> = clips
+        .iter()
+        .map(|c| clip_frames(c.range().1, frame_rate))
+        .collect();
+    let total: usize = counts.iter().sum();
     let mut frames = Frames {
         vertices,
-        positions: Vec::new(),
-        normals: Vec::new(),
+        positions: vec![[0.0; 3]; total * vertices],
+        normals: vec![[0.0; 3]; total * vertices],
         rest,
         rest_normals,
         clips: Vec::new(),
     };
     let mut pose = rest_pose;
-    for (i, clip) in clips.iter().enumerate() {
+    let mut first = 0;
+    for (i, (clip, &count)) in clips.iter().zip(&counts).enumerate() {
         let duration = clip.range().1;
-        let count = clip_frames(duration, frame_rate);
-        let first = frames.count();
-        frames.positions.reserve(count * vertices);
-        frames.normals.reserve(count * vertices);
         for f in 0..count {
             let t = (f as f64 / frame_rate).min(duration);
             rig.pose_at(clip, t, &mut pose);
-            deformer.deform(rig, &pose, &mut p, &mut n);
-            frames.positions.extend(p.iter().map(Vec3A::to_array));
-            frames.normals.extend(n.iter().map(Vec3A::to_array));
+            let at = (first + f) * vertices..(first + f + 1) * vertices;
+            deformer.deform(
+                rig,
+                &pose,
+                &mut frames.positions[at.clone()],
+                &mut frames.normals[at],
+            );
         }
         frames.clips.push(ClipEntry {
             name: clip_name(clip, i),
@@ -476,6 +482,7 @@ pub fn evaluate(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Fram
             frame_span: duration * frame_rate,
             looping: false,
         });
+        first += count;
     }
     frames
 }

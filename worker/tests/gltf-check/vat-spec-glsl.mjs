@@ -25,15 +25,17 @@ export function specChunk(json, options = {}) {
   const bounds = options.bounds ?? json.bounds;
   const count = json.textures.length;
   const encoding = json.encoding;
-  if (!['low', 'medium', 'high', 'half'].includes(encoding)) throw new Error(`spec decoder: encoding ${encoding} not supported`);
+  if (!['low', 'medium', 'high', 'rgba16', 'half'].includes(encoding)) throw new Error(`spec decoder: encoding ${encoding} not supported`);
+  // rgba16 textures are unsigned-integer ones (RGBA16UI); the fetch returns 0..65535 as floats.
+  const sampler = encoding === 'rgba16' ? 'usampler2D' : 'sampler2D';
   const lines = [];
   for (let i = 0; i < count; i++) {
-    lines.push(`uniform highp sampler2D vatPositions${i};`, `uniform highp sampler2D vatNormals${i};`);
+    lines.push(`uniform highp ${sampler} vatPositions${i};`, `uniform highp ${sampler} vatNormals${i};`);
   }
   // texelFetch on sampler arrays needs constant indices in GLSL ES 3.0: branch instead.
   const fetchFn = (name) => [
     `vec4 ${name}Fetch(int tex, ivec2 c) {`,
-    ...Array.from({ length: count }, (_, i) => `  ${i ? 'else ' : ''}if (tex == ${i}) return texelFetch(${name}${i}, c, 0);`),
+    ...Array.from({ length: count }, (_, i) => `  ${i ? 'else ' : ''}if (tex == ${i}) return vec4(texelFetch(${name}${i}, c, 0));`),
     '  return vec4(0.0);',
     '}',
   ].join('\n');
@@ -43,11 +45,12 @@ export function specChunk(json, options = {}) {
     medium: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 256.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + VAT_R)))) / 65535.0',
     high: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 65536.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + VAT_R))) * 256.0'
       + ' + vatBytes(vatPositionsFetch(tex, ivec2(col, base + 2 * VAT_R)))) / 16777215.0',
+    rgba16: 'vatPositionsFetch(tex, ivec2(col, base)).rgb / 65535.0',
     half: 'vatPositionsFetch(tex, ivec2(col, base)).rgb',
   }[encoding];
   const value = encoding === 'half' ? 't' : 'VAT_MIN + t * (VAT_MAX - VAT_MIN)';
-  const octa = encoding === 'half'
-    ? 'vec2 o = c.rg;'
+  const octa = encoding === 'half' ? 'vec2 o = c.rg;'
+    : encoding === 'rgba16' ? 'vec2 o = c.rg / 65535.0 * 2.0 - 1.0;'
     : [
       '  vec3 b = vatBytes(c);',
       '  float x = 16.0 * b.r + floor(b.g / 16.0);',

@@ -112,11 +112,14 @@ pub fn run(args: &[String]) {
             Err(_) => continue,
         };
         let options = VatOptions::default();
-        // Evaluation speed: best of three runs over every bakeable mesh.
+        if std::env::var_os("KILN_BENCH_PROFILE").is_some() {
+            profile(&rig, &clips, nodes[0]);
+        }
+        // Evaluation speed: best of seven runs over every bakeable mesh.
         let mut seconds = f64::INFINITY;
         let mut vertex_frames = 0f64;
         let (mut vertices, mut frame_count) = (0, 0);
-        for _ in 0..3 {
+        for _ in 0..7 {
             let started = Instant::now();
             vertex_frames = 0.0;
             for &node in &nodes {
@@ -208,4 +211,42 @@ pub fn run(args: &[String]) {
             total_vf / total_seconds / TARGET_VERTEX_FRAMES_PER_SECOND
         );
     }
+}
+
+/// Where evaluation time goes (KILN_BENCH_PROFILE=1): posing, deforming, storing.
+pub fn profile(rig: &kiln_worker::animation::Rig, clips: &[kiln_worker::animation::Clip], node: usize) {
+    use kiln_worker::animation::Deformer;
+    let deformer = Deformer::new(rig, node);
+    let mut pose = rig.rest_pose();
+    let v = deformer.vertices;
+    let (mut p, mut n) = (vec![[0.0; 3]; v], vec![[0.0; 3]; v]);
+    let (mut t_pose, mut t_deform, mut t_store) = (0f64, 0f64, 0f64);
+    let mut store: Vec<[f32; 3]> = Vec::new();
+    let mut frames = 0;
+    for _ in 0..5 {
+        store.clear();
+        for clip in clips {
+            let d = clip.range().1;
+            for f in 0..vat::clip_frames(d, 30.0) {
+                let a = Instant::now();
+                rig.pose_at(clip, (f as f64 / 30.0).min(d), &mut pose);
+                let b = Instant::now();
+                deformer.deform(rig, &pose, &mut p, &mut n);
+                let c = Instant::now();
+                store.extend_from_slice(&p);
+                store.extend_from_slice(&n);
+                t_pose += (b - a).as_secs_f64();
+                t_deform += (c - b).as_secs_f64();
+                t_store += c.elapsed().as_secs_f64();
+                frames += 1;
+            }
+        }
+    }
+    let vf = (frames * deformer.vertices) as f64;
+    eprintln!(
+        "  profile: pose {:.1} ns/vf, deform {:.1} ns/vf, store {:.1} ns/vf",
+        t_pose / vf * 1e9,
+        t_deform / vf * 1e9,
+        t_store / vf * 1e9
+    );
 }
