@@ -3,7 +3,7 @@
 #
 #   bash bake.sh [ENCODING] [more kiln-worker vat options]
 #
-# ENCODING: auto (default), low, medium, high or half (rgba16 does not load in browsers).
+# ENCODING: auto (default), low, medium, high, rgba16 or half.
 # Writes baked/ENCODING/<mesh>/ and lists every bake in baked/index.json (the page's
 # ?set=ENCODING picks one). The baker is target/debug/kiln-worker unless KILN_WORKER names
 # another (build it with `cargo build --bin kiln-worker` at the repository root).

@@ -50,13 +50,14 @@ export async function decodePng16(buffer, name = 'PNG') {
   if (!idat.length) fail('no IDAT chunk');
 
   // The IDATs together are one zlib stream ('deflate' = zlib-wrapped in the Compression
-  // Streams spec). A cut or corrupt stream rejects; say which file.
+  // Streams spec). A cut or corrupt stream rejects, with a message that varies by browser
+  // (Chromium: "Failed to fetch"), so say what it means.
   let raw;
   try {
     const stream = new Blob(idat).stream().pipeThrough(new DecompressionStream('deflate'));
     raw = new Uint8Array(await new Response(stream).arrayBuffer());
   } catch (e) {
-    fail(`bad or truncated image data (zlib: ${e.message})`);
+    fail(`image data does not inflate: truncated or corrupt zlib stream (${e.message})`);
   }
   const stride = width * BPP;
   if (raw.length < height * (stride + 1)) fail(`truncated image data: ${raw.length} bytes, ${width}x${height} needs ${height * (stride + 1)}`);
