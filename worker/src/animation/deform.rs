@@ -221,7 +221,10 @@ mod tests {
             for (n, p) in n.iter().zip(&p) {
                 let u = unit(*n);
                 assert!((Vec3A::from_array(u).length() - 1.0).abs() < 1e-5);
-                assert!(u[0] * p[0] + u[2] * p[2] > -1e-3 || p[1] > 0.9, "{u:?} at {p:?}");
+                assert!(
+                    u[0] * p[0] + u[2] * p[2] > -1e-3 || p[1] > 0.9,
+                    "{u:?} at {p:?}"
+                );
             }
         }
     }

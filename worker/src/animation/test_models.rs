@@ -7,6 +7,9 @@ use crate::gltf::accessors::{
 };
 use crate::gltf::{Asset, NoResources};
 
+/// One channel of a clip: node, path, interpolation, key times, key values.
+pub type ChannelSpec<'a> = (usize, &'a str, &'a str, &'a [f32], &'a [f32]);
+
 /// A model under construction: JSON plus one buffer view per accessor.
 pub struct Builder {
     pub asset: Asset,
@@ -56,7 +59,7 @@ impl Builder {
     }
 
     /// Adds a clip with one channel per `(node, path, interpolation, times, values)`.
-    pub fn clip(&mut self, name: &str, channels: &[(usize, &str, &str, &[f32], &[f32])]) {
+    pub fn clip(&mut self, name: &str, channels: &[ChannelSpec<'_>]) {
         let mut samplers = Vec::new();
         let mut targets = Vec::new();
         for (i, (node, path, interpolation, times, values)) in channels.iter().enumerate() {

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 
 use super::inventory::{FileKind, Inventory};
 use super::{FileTree, TreeFile, TreeResources};
-use crate::animation::metric::read_clips;
 use crate::animation::deform::unit;
+use crate::animation::metric::read_clips;
 use crate::animation::{Clip, Deformer, Path, Rig};
 use crate::gltf::{Asset, GltfError, accessors};
 
@@ -622,10 +622,8 @@ fn bounds_of<'a>(points: impl Iterator<Item = &'a [f32; 3]>) -> Bounds {
         max: [f32::NEG_INFINITY; 3],
     };
     for p in points {
-        for a in 0..3 {
-            b.min[a] = b.min[a].min(p[a]);
-            b.max[a] = b.max[a].max(p[a]);
-        }
+        b.min = [0, 1, 2].map(|a| b.min[a].min(p[a]));
+        b.max = [0, 1, 2].map(|a| b.max[a].max(p[a]));
     }
     for a in 0..3 {
         if b.min[a] > b.max[a] {

@@ -214,7 +214,11 @@ pub fn run(args: &[String]) {
 }
 
 /// Where evaluation time goes (KILN_BENCH_PROFILE=1): posing, deforming, storing.
-pub fn profile(rig: &kiln_worker::animation::Rig, clips: &[kiln_worker::animation::Clip], node: usize) {
+pub fn profile(
+    rig: &kiln_worker::animation::Rig,
+    clips: &[kiln_worker::animation::Clip],
+    node: usize,
+) {
     use kiln_worker::animation::Deformer;
     let deformer = Deformer::new(rig, node);
     let mut pose = rig.rest_pose();

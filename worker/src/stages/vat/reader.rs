@@ -13,9 +13,12 @@ fn file<'a>(files: &'a [(String, Vec<u8>)], name: &str) -> Result<&'a [u8], Stri
         .ok_or_else(|| format!("{name} is missing"))
 }
 
+/// Positions and normals, frame after frame, vertex after vertex.
+pub type Decoded = (Vec<[f32; 3]>, Vec<[f32; 3]>);
+
 /// Positions and normals per frame per vertex, decoded from a bake's files alone (mesh.glb's
 /// POSITION and TEXCOORD_1, vat.json, the textures), following `docs/vat.md` step by step.
-pub fn decode(files: &[(String, Vec<u8>)]) -> Result<(Vec<[f32; 3]>, Vec<[f32; 3]>), String> {
+pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
     let meta: VatMeta =
         serde_json::from_slice(file(files, "vat.json")?).map_err(|e| e.to_string())?;
     let asset = Asset::read(file(files, "mesh.glb")?, &NoResources).map_err(|e| e.to_string())?;
