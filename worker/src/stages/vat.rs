@@ -741,6 +741,18 @@ fn bake_mesh(
             ),
         });
     }
+    if asset.array("meshes")[rig.nodes[node].mesh.expect("a mesh node")]["primitives"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p.pointer("/attributes/TEXCOORD_1").is_some())
+    {
+        warnings.push(
+            "the mesh's own TEXCOORD_1 is replaced by the VAT texel coordinates: \
+             textures it sampled through texCoord 1 (e.g. light maps) are not kept"
+                .into(),
+        );
+    }
     // A clip loops when its last frame shows what its first does.
     for clip in &mut frames.clips {
         let v = frames.vertices;
