@@ -6,10 +6,11 @@
 # ENCODING: auto (default), low, medium, high, rgba16 or half.
 # Writes baked/ENCODING/<mesh>/ and lists every bake in baked/index.json (the page's
 # ?set=ENCODING picks one). The baker is target/debug/kiln-worker unless KILN_WORKER names
-# another (build it with `cargo build --bin kiln-worker` at the repository root).
+# another (build it with `cargo build --bin kiln-worker` at the repository root; CARGO_TARGET_DIR
+# is honoured).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-worker=${KILN_WORKER:-$here/../../target/debug/kiln-worker}
+worker=${KILN_WORKER:-${CARGO_TARGET_DIR:-$here/../../target}/debug/kiln-worker}
 encoding=${1:-auto}
 shift || true
 
