@@ -14,7 +14,6 @@ const TIMES_PER_CLIP: usize = 40;
 
 #[test]
 fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
-    let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
     let mut report = Vec::new();
     for model in support::models() {
@@ -36,26 +35,7 @@ fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
                 picked
             })
             .collect();
-        let spec = serde_json::json!({"clips": times.iter().enumerate()
-            .map(|(i, t)| serde_json::json!({"index": i, "times": t})).collect::<Vec<_>>()});
-        let spec_path = dir.path().join("times.json");
-        let bin_path = dir.path().join("out.bin");
-        std::fs::write(&spec_path, spec.to_string()).unwrap();
-        let summary = support::node_json(
-            "anim.mjs",
-            &[
-                OsStr::new("sample"),
-                model.as_os_str(),
-                spec_path.as_os_str(),
-                bin_path.as_os_str(),
-            ],
-        );
-        let vertices = summary["vertices"].as_u64().unwrap() as usize;
-        let three: Vec<f32> = std::fs::read(&bin_path)
-            .unwrap()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
+        let (vertices, three) = support::three_sample(&model, &times);
         let mut pose = rig.rest_pose();
         let mut points = Vec::new();
         let mut at = 0;

@@ -18,7 +18,6 @@ const FRAMES_PER_CLIP: usize = 24;
 
 #[test]
 fn baked_frames_agree_with_three_js_and_decode_within_their_bound() {
-    let dir = tempfile::tempdir().unwrap();
     let mut report = Vec::new();
     let mut checked = 0;
     for model in support::models() {
@@ -43,28 +42,17 @@ fn baked_frames_agree_with_three_js_and_decode_within_their_bound() {
             })
             .collect();
         let meta0 = &bake.meshes[0].meta;
-        let spec = serde_json::json!({"clips": meta0.clips.iter().zip(&picked).enumerate()
-            .map(|(i, (c, f))| serde_json::json!({"index": i, "times": f.iter()
-                .map(|&f| (f as f64 / meta0.frame_rate).min(c.duration)).collect::<Vec<_>>()}))
-            .collect::<Vec<_>>()});
-        let spec_path = dir.path().join("times.json");
-        let bin_path = dir.path().join("out.bin");
-        std::fs::write(&spec_path, spec.to_string()).unwrap();
-        let summary = support::node_json(
-            "anim.mjs",
-            &[
-                OsStr::new("sample"),
-                model.as_os_str(),
-                spec_path.as_os_str(),
-                bin_path.as_os_str(),
-            ],
-        );
-        let all_vertices = summary["vertices"].as_u64().unwrap() as usize;
-        let three: Vec<f32> = std::fs::read(&bin_path)
-            .unwrap()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        let times: Vec<Vec<f64>> = meta0
+            .clips
+            .iter()
+            .zip(&picked)
+            .map(|(c, f)| {
+                f.iter()
+                    .map(|&f| (f as f64 / meta0.frame_rate).min(c.duration))
+                    .collect()
+            })
             .collect();
+        let (all_vertices, three) = support::three_sample(&model, &times);
         let offset_of = |node: usize| -> usize {
             rig.mesh_nodes
                 .iter()

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::gltf::accessors::{
-    ELEMENT_ARRAY_BUFFER, FLOAT, UNSIGNED_SHORT, push_accessor, push_view,
+    ELEMENT_ARRAY_BUFFER, UNSIGNED_SHORT, components_of, push_accessor, push_floats, push_view,
 };
 use crate::gltf::{Asset, NoResources};
 
@@ -26,31 +26,14 @@ impl Builder {
     }
 
     pub fn floats(&mut self, values: &[f32], kind: &str, bounds: bool) -> usize {
-        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let view = push_view(&mut self.asset, data, None, None);
-        let components = crate::gltf::accessors::components_of(kind).unwrap();
-        let mut a = json!({"bufferView": view, "componentType": FLOAT,
-            "count": values.len() / components, "type": kind});
-        if bounds {
-            let (lo, hi): (Vec<f32>, Vec<f32>) = (0..components)
-                .map(|c| {
-                    let it = values.iter().skip(c).step_by(components);
-                    (
-                        it.clone().copied().fold(f32::INFINITY, f32::min),
-                        it.copied().fold(f32::NEG_INFINITY, f32::max),
-                    )
-                })
-                .unzip();
-            a["min"] = json!(lo);
-            a["max"] = json!(hi);
-        }
-        push_accessor(&mut self.asset, a)
+        let components = components_of(kind).unwrap();
+        push_floats(&mut self.asset, values, components, None, bounds)
     }
 
     pub fn shorts(&mut self, values: &[u16], kind: &str, target: Option<u64>) -> usize {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         let view = push_view(&mut self.asset, data, None, target);
-        let components = crate::gltf::accessors::components_of(kind).unwrap();
+        let components = components_of(kind).unwrap();
         push_accessor(
             &mut self.asset,
             json!({"bufferView": view, "componentType": UNSIGNED_SHORT,

@@ -304,6 +304,44 @@ pub fn push_view(
     asset.views.len() - 1
 }
 
+/// Little-endian bytes of floats, as a buffer view holds them.
+pub fn pack_floats(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Per-component minimum and maximum of `components`-wide elements.
+pub fn min_max(values: &[f32], components: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut min = vec![f32::INFINITY; components];
+    let mut max = vec![f32::NEG_INFINITY; components];
+    for element in values.chunks(components) {
+        for (c, &v) in element.iter().enumerate() {
+            min[c] = min[c].min(v);
+            max[c] = max[c].max(v);
+        }
+    }
+    (min, max)
+}
+
+/// Appends a tightly packed FLOAT accessor (own buffer view, `target` on it) of
+/// `components`-wide elements, with `min`/`max` when `bounds`; returns its index.
+pub fn push_floats(
+    asset: &mut Asset,
+    values: &[f32],
+    components: usize,
+    target: Option<u64>,
+    bounds: bool,
+) -> usize {
+    let view = push_view(asset, pack_floats(values), None, target);
+    let mut accessor = json!({"bufferView": view, "componentType": FLOAT,
+        "count": values.len() / components, "type": type_name(components)});
+    if bounds {
+        let (min, max) = min_max(values, components);
+        accessor["min"] = json!(min);
+        accessor["max"] = json!(max);
+    }
+    push_accessor(asset, accessor)
+}
+
 /// Appends an accessor; returns its index.
 pub fn push_accessor(asset: &mut Asset, accessor: Value) -> usize {
     let list = asset

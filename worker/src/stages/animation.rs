@@ -1281,24 +1281,8 @@ mod tests {
         }
 
         fn accessor(&mut self, values: &[f32], kind: &str, bounds: bool) -> usize {
-            let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let view = push_view(&mut self.asset, data, None, None);
             let components = accessors::components_of(kind).unwrap();
-            let mut a = json!({"bufferView": view, "componentType": FLOAT, "count": values.len() / components, "type": kind});
-            if bounds {
-                let (lo, hi) = (0..components)
-                    .map(|c| {
-                        let it = values.iter().skip(c).step_by(components);
-                        (
-                            it.clone().copied().fold(f32::INFINITY, f32::min),
-                            it.copied().fold(f32::NEG_INFINITY, f32::max),
-                        )
-                    })
-                    .unzip::<f32, f32, Vec<f32>, Vec<f32>>();
-                a["min"] = json!(lo);
-                a["max"] = json!(hi);
-            }
-            push_accessor(&mut self.asset, a)
+            accessors::push_floats(&mut self.asset, values, components, None, bounds)
         }
 
         /// Adds a one-channel clip.

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::gltf::accessors::{
     self, ARRAY_BUFFER, BYTE, ELEMENT_ARRAY_BUFFER, FLOAT, Layout, SHORT, UNSIGNED_BYTE,
-    UNSIGNED_INT, UNSIGNED_SHORT, push_accessor, push_view,
+    UNSIGNED_INT, UNSIGNED_SHORT, min_max, pack_floats, push_accessor, push_view,
 };
 use crate::gltf::meshopt_codec::ViewCodec;
 use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
@@ -936,22 +936,6 @@ fn pack_ints(values: &[i32], components: usize, storage: u32) -> (Vec<u8>, usize
         out.resize(start + stride, 0);
     }
     (out, stride)
-}
-
-fn pack_floats(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn min_max(values: &[f32], components: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut min = vec![f32::INFINITY; components];
-    let mut max = vec![f32::NEG_INFINITY; components];
-    for element in values.chunks(components) {
-        for (c, &v) in element.iter().enumerate() {
-            min[c] = min[c].min(v);
-            max[c] = max[c].max(v);
-        }
-    }
-    (min, max)
 }
 
 fn encode_attribute(

@@ -949,7 +949,13 @@ fn mesh_glb(
             .collect();
         attributes.insert(
             "POSITION".into(),
-            json!(push_floats(&mut out, &rest, 3, true)),
+            json!(accessors::push_floats(
+                &mut out,
+                &rest,
+                3,
+                Some(accessors::ARRAY_BUFFER),
+                true
+            )),
         );
         let normals: Vec<f32> = frames.rest_normals[range.clone()]
             .iter()
@@ -960,7 +966,13 @@ fn mesh_glb(
         if primitive.pointer("/attributes/NORMAL").is_some() {
             attributes.insert(
                 "NORMAL".into(),
-                json!(push_floats(&mut out, &normals, 3, false)),
+                json!(accessors::push_floats(
+                    &mut out,
+                    &normals,
+                    3,
+                    Some(accessors::ARRAY_BUFFER),
+                    false
+                )),
             );
         }
         for name in ["TEXCOORD_0", "COLOR_0"] {
@@ -972,7 +984,13 @@ fn mesh_glb(
                 if l.count == count {
                     attributes.insert(
                         name.into(),
-                        json!(push_floats(&mut out, &values, l.components, false)),
+                        json!(accessors::push_floats(
+                            &mut out,
+                            &values,
+                            l.components,
+                            Some(accessors::ARRAY_BUFFER),
+                            false
+                        )),
                     );
                 }
             }
@@ -989,7 +1007,13 @@ fn mesh_glb(
             .collect();
         attributes.insert(
             "TEXCOORD_1".into(),
-            json!(push_floats(&mut out, &texel, 2, false)),
+            json!(accessors::push_floats(
+                &mut out,
+                &texel,
+                2,
+                Some(accessors::ARRAY_BUFFER),
+                false
+            )),
         );
         let mut prim = json!({"attributes": attributes});
         let mode = primitive.get("mode").and_then(Value::as_u64).unwrap_or(4);
@@ -1026,27 +1050,6 @@ fn mesh_glb(
     out.json["scenes"] = json!([{"nodes": [0]}]);
     out.json["scene"] = json!(0);
     Ok(out.to_glb())
-}
-
-fn push_floats(asset: &mut Asset, values: &[f32], components: usize, bounds: bool) -> usize {
-    let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let view = accessors::push_view(asset, data, None, Some(accessors::ARRAY_BUFFER));
-    let mut a = json!({"bufferView": view, "componentType": accessors::FLOAT,
-        "count": values.len() / components, "type": accessors::type_name(components)});
-    if bounds {
-        let (lo, hi): (Vec<f32>, Vec<f32>) = (0..components)
-            .map(|c| {
-                let it = values.iter().skip(c).step_by(components);
-                (
-                    it.clone().copied().fold(f32::INFINITY, f32::min),
-                    it.copied().fold(f32::NEG_INFINITY, f32::max),
-                )
-            })
-            .unzip();
-        a["min"] = json!(lo);
-        a["max"] = json!(hi);
-    }
-    accessors::push_accessor(asset, a)
 }
 
 /// What the build's `kiln.toml` (or the server) asks of this stage: which models to bake and

@@ -69,3 +69,31 @@ pub fn node_json(script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
         )
     })
 }
+
+/// Every canonical vertex of `model` posed by three.js (`anim.mjs sample`) at `times[c]` of
+/// each clip `c`: the vertex count and the positions, clip by clip, time by time, vertex by
+/// vertex (x, y, z).
+pub fn three_sample(model: &Path, times: &[Vec<f64>]) -> (usize, Vec<f32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = serde_json::json!({"clips": times.iter().enumerate()
+        .map(|(i, t)| serde_json::json!({"index": i, "times": t})).collect::<Vec<_>>()});
+    let spec_path = dir.path().join("times.json");
+    let bin_path = dir.path().join("out.bin");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    let summary = node_json(
+        "anim.mjs",
+        &[
+            std::ffi::OsStr::new("sample"),
+            model.as_os_str(),
+            spec_path.as_os_str(),
+            bin_path.as_os_str(),
+        ],
+    );
+    let vertices = summary["vertices"].as_u64().unwrap() as usize;
+    let positions = std::fs::read(&bin_path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    (vertices, positions)
+}

@@ -12,6 +12,8 @@ pub struct PositionCodec {
     pub mode: PositionMode,
     pub min: [f32; 3],
     pub range: [f32; 3],
+    /// The values' bounds the codec was made for (their magnitude bounds the rounding).
+    pub bounds: Bounds,
 }
 
 /// Largest integer of an encoding's position words (`t = q / levels`); 0 for `half`.
@@ -31,6 +33,7 @@ impl PositionCodec {
             mode,
             min: bounds.min,
             range: [0, 1, 2].map(|a| bounds.max[a] - bounds.min[a]),
+            bounds,
         }
     }
 
@@ -59,8 +62,9 @@ impl PositionCodec {
     }
 
     /// Worst-case distance between a value and its decoded form.
-    pub fn bound(&self, bounds: &Bounds) -> f64 {
+    pub fn bound(&self) -> f64 {
         let l = levels(self.encoding);
+        let bounds = &self.bounds;
         let per_axis = |a: usize| {
             if l == 0 {
                 let largest = (bounds.min[a].abs()).max(bounds.max[a].abs()) as f64;
@@ -200,7 +204,7 @@ pub fn encode(
     let k = layout.planes;
     let rows = layout.rows_per_frame;
     let mut error = ErrorReport {
-        position_bound: codec.bound(&bounds_of_values(values)),
+        position_bound: codec.bound(),
         normal_bound_degrees: normal_bound_degrees(encoding),
         ..ErrorReport::default()
     };
@@ -307,10 +311,6 @@ pub fn angle(a: &[f32; 3], b: &[f32; 3]) -> f64 {
 
 fn texel3(w: [u32; 3]) -> [u32; 4] {
     [w[0], w[1], w[2], 255]
-}
-
-fn bounds_of_values(values: &[[f32; 3]]) -> Bounds {
-    super::bounds_of(values.iter())
 }
 
 /// RGB, 8 bits per channel (no alpha: browsers may premultiply it).
