@@ -30,10 +30,11 @@ pub struct AppState {
     pub storage: Storage,
     pub config: Arc<Config>,
     pub upload_slots: Arc<Semaphore>,
+    pub telemetry_limiter: Arc<routes::telemetry::RateLimiter>,
 }
 
 pub fn router(state: AppState) -> Router {
-    use routes::{builds, cdn, ops, publishing, teams, uploads};
+    use routes::{builds, cdn, library, ops, publishing, releases, teams, telemetry, uploads};
     let upload_timeout = Duration::from_secs(state.config.upload.timeout_secs);
     let request_timeout = Duration::from_secs(state.config.upload.request_timeout_secs);
     // Uploads and event streams run long; everything else gets the short timeout.
@@ -49,6 +50,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/builds/{id}/report", get(builds::report))
         .route("/v1/games/{game}/manifest", get(publishing::manifest))
         .route("/v1/keys", get(publishing::keys))
+        .route(
+            "/v1/games/{game}/releases",
+            post(releases::create).get(releases::list),
+        )
+        .route(
+            "/v1/telemetry",
+            post(telemetry::ingest).options(telemetry::preflight),
+        )
+        .route("/v1/library", get(library::list))
+        .route("/v1/library/{id}", axum::routing::delete(library::delete))
+        .route("/sdk/kiln-loader.js", get(library::loader))
         .route("/v1/teams", post(teams::create_team))
         .route("/v1/teams/{id}/tokens", post(teams::create_token))
         .route("/v1/openapi.json", get(ops::openapi))
@@ -134,6 +146,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         db: db.clone(),
         storage: storage.clone(),
         upload_slots: Arc::new(Semaphore::new(config.upload.max_concurrent.max(1))),
+        telemetry_limiter: Default::default(),
         config: config.clone(),
     };
     let (stop, stopped) = watch::channel(false);
@@ -161,6 +174,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         let shutdown = async move {
             let _ = server_stop.wait_for(|s| *s).await;
         };
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -3,7 +3,7 @@
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::routes::{builds, cdn, ops, publishing, teams, uploads};
+use crate::routes::{builds, cdn, library, ops, publishing, releases, teams, telemetry, uploads};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -12,6 +12,9 @@ use crate::routes::{builds, cdn, ops, publishing, teams, uploads};
         uploads::upload,
         builds::status, builds::events, builds::report,
         publishing::manifest, publishing::keys,
+        releases::create, releases::list,
+        library::loader, library::list, library::delete,
+        telemetry::ingest,
         cdn::object,
         teams::create_team, teams::create_token,
         ops::healthz, ops::readyz, ops::metrics,
@@ -19,6 +22,8 @@ use crate::routes::{builds, cdn, ops, publishing, teams, uploads};
     components(schemas(
         uploads::UploadResponse, builds::BuildView, builds::PackageView, publishing::Jwks,
         teams::NewTeam, teams::TeamView, teams::TokenView,
+        releases::ReleaseRequest, releases::ReleaseView, releases::PendingRelease,
+        library::LibraryView, library::LibraryEntryView, telemetry::TelemetryAccepted,
         crate::error::ErrorBody, crate::error::ErrorDetail,
     )),
     modifiers(&Security)

@@ -71,3 +71,27 @@ async fn concurrent_uploads_are_bounded() {
 async fn vat_bakes_what_the_build_asks_for() {
     scenarios::vat_bakes_what_the_build_asks_for(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn engines_split_into_the_shared_library() {
+    scenarios::engines_split_into_the_shared_library(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn releases_roll_back_with_a_higher_sequence() {
+    scenarios::releases_roll_back_with_a_higher_sequence(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn live_releases_are_resigned_before_expiry() {
+    scenarios::live_releases_are_resigned_before_expiry(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn telemetry_is_validated_and_limited() {
+    scenarios::telemetry_is_validated_and_limited(Distributed).await;
+}

@@ -65,3 +65,23 @@ async fn concurrent_uploads_are_bounded() {
 async fn vat_bakes_what_the_build_asks_for() {
     scenarios::vat_bakes_what_the_build_asks_for(Embedded).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn engines_split_into_the_shared_library() {
+    scenarios::engines_split_into_the_shared_library(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn releases_roll_back_with_a_higher_sequence() {
+    scenarios::releases_roll_back_with_a_higher_sequence(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_releases_are_resigned_before_expiry() {
+    scenarios::live_releases_are_resigned_before_expiry(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn telemetry_is_validated_and_limited() {
+    scenarios::telemetry_is_validated_and_limited(Embedded).await;
+}

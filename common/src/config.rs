@@ -27,6 +27,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub animation: AnimationConfig,
     pub vat: VatConfig,
+    pub library: LibraryConfig,
+    pub telemetry: TelemetryConfig,
     /// Ed25519 signing key file (32-byte seed, hex). Empty: `{data_dir}/keys/signing.key`,
     /// generated on first start.
     pub signing_key_file: String,
@@ -106,6 +108,8 @@ impl Default for Config {
             worker: WorkerConfig::default(),
             animation: AnimationConfig::default(),
             vat: VatConfig::default(),
+            library: LibraryConfig::default(),
+            telemetry: TelemetryConfig::default(),
             signing_key_file: String::new(),
             log_json: false,
         }
@@ -197,6 +201,55 @@ impl Default for VatConfig {
             tolerance_abs: 0.0,
             max_size: 4096,
             width: 0,
+        }
+    }
+}
+
+/// The engine split, the shared library, and the releases that serve it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LibraryConfig {
+    /// Split detected engines out of builds into the shared library.
+    pub split: bool,
+    /// A TOML file of extra detection rules (format of `worker/engines.toml`), checked first.
+    pub rules_file: String,
+    /// How long a signed release stays valid; clients refuse it after that.
+    pub manifest_ttl_secs: u64,
+    /// How often workers re-sign releases past half their lifetime and sign the releases the
+    /// API was asked for.
+    pub resign_interval_secs: u64,
+    /// An entry is flagged as low-ROI while the bytes it saved are below its size × this.
+    pub min_roi: f64,
+}
+
+impl Default for LibraryConfig {
+    fn default() -> Self {
+        Self {
+            split: true,
+            rules_file: String::new(),
+            manifest_ttl_secs: 7 * 24 * 3600,
+            resign_interval_secs: 60,
+            min_roi: 10.0,
+        }
+    }
+}
+
+/// Loader beacons (`POST /v1/telemetry`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    pub max_body_bytes: usize,
+    pub max_events: usize,
+    /// Requests per minute one client (address) may send; bursts up to the same number.
+    pub rate_per_minute: u32,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 64 * 1024,
+            max_events: 200,
+            rate_per_minute: 600,
         }
     }
 }
@@ -325,6 +378,22 @@ impl Config {
             "KILN_WORKER_STAGE_PAUSE_MS" => self.worker.stage_pause_ms = num()?,
             "KILN_WORKER_METRICS_BIND" => self.worker.metrics_bind = value.into(),
             "KILN_ANIMATION" => self.animation.enabled = flag()?,
+            "KILN_ENGINE_SPLIT" => self.library.split = flag()?,
+            "KILN_ENGINE_RULES" => self.library.rules_file = value.into(),
+            "KILN_MANIFEST_TTL_SECS" => self.library.manifest_ttl_secs = num()?.max(2),
+            "KILN_RESIGN_INTERVAL_SECS" => self.library.resign_interval_secs = num()?.max(1),
+            "KILN_LIBRARY_MIN_ROI" => {
+                self.library.min_roi = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v >= 0.0 && v.is_finite())
+                    .ok_or_else(|| bad("expected a number ≥ 0"))?
+            }
+            "KILN_TELEMETRY_MAX_BODY_BYTES" => self.telemetry.max_body_bytes = num()? as usize,
+            "KILN_TELEMETRY_MAX_EVENTS" => self.telemetry.max_events = (num()? as usize).max(1),
+            "KILN_TELEMETRY_RATE_PER_MINUTE" => {
+                self.telemetry.rate_per_minute = (num()? as u32).max(1)
+            }
             "KILN_ANIMATION_TOLERANCE" => {
                 self.animation.tolerance = value
                     .parse::<f64>()

@@ -9,6 +9,12 @@ use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::signing::Jwk;
 
+mod library;
+mod releases;
+
+pub use library::{LibraryFile, LibraryRow, StoredEvent, TelemetryEvent};
+pub use releases::{ReleaseRequestRow, ReleaseRow};
+
 /// Build status as stored and as served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -286,6 +292,15 @@ impl Db {
             .get::<String, _>(0))
     }
 
+    /// The team a game belongs to, if the game exists.
+    pub async fn game_team(&self, game: &str) -> Result<Option<String>, DbError> {
+        Ok(sqlx::query("SELECT team_id FROM games WHERE name = $1")
+            .bind(game)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| r.get::<String, _>(0)))
+    }
+
     // ---- builds ----
 
     pub async fn build(&self, id: &str) -> Result<Option<BuildRow>, DbError> {
@@ -488,10 +503,25 @@ impl Db {
         Ok(())
     }
 
-    /// Records the build's one manifest and makes it the game's live one. Idempotent: a
-    /// second call for the same build (a resumed job) changes nothing.
-    pub async fn record_publication(&self, m: &ManifestRow) -> Result<(), DbError> {
+    /// Records the build's one manifest and marks the build and its publish stage done, in
+    /// one transaction so no reader sees a published build with a stage still running. (Its
+    /// release, which makes it live, was recorded just before.) Idempotent: a second call for the same build (a resumed job) changes
+    /// nothing.
+    pub async fn record_publication(
+        &self,
+        m: &ManifestRow,
+        publish_stage: &str,
+    ) -> Result<(), DbError> {
         let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE build_stages SET status = 'succeeded', progress = 1, finished_at = $1 \
+             WHERE build_id = $2 AND name = $3",
+        )
+        .bind(now())
+        .bind(&m.build_id)
+        .bind(publish_stage)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query(
             "INSERT INTO manifests (build_id, game, manifest_key, sha256, kid, signature, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (build_id) DO NOTHING",
@@ -514,11 +544,6 @@ impl Db {
         .bind(&m.build_id)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("UPDATE games SET live_build_id = $1 WHERE name = $2")
-            .bind(&m.build_id)
-            .bind(&m.game)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -530,17 +555,6 @@ impl Db {
         )
         .bind(build_id)
         .fetch_all(&self.pool)
-        .await?)
-    }
-
-    /// The manifest of the game's live build.
-    pub async fn live_manifest(&self, game: &str) -> Result<Option<ManifestRow>, DbError> {
-        Ok(sqlx::query_as::<_, ManifestRow>(
-            "SELECT m.build_id, m.game, m.manifest_key, m.sha256, m.kid, m.signature, m.created_at \
-             FROM manifests m JOIN games g ON g.live_build_id = m.build_id WHERE g.name = $1",
-        )
-        .bind(game)
-        .fetch_optional(&self.pool)
         .await?)
     }
 

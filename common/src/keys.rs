@@ -58,6 +58,12 @@ pub fn file_key(sha256_hex: &str, logical_path: &str) -> String {
     format!("files/{}/{}.{}", &sha256_hex[..2], sha256_hex, ext)
 }
 
+/// Content-addressed key of an engine file in the shared offline library: the same bytes
+/// from any team's build are one object.
+pub fn library_key(sha256_hex: &str) -> String {
+    format!("library/{}/{}.js", &sha256_hex[..2], sha256_hex)
+}
+
 /// Content-addressed key of a manifest.
 pub fn manifest_key(sha256_hex: &str) -> String {
     format!("manifests/{sha256_hex}.json")
@@ -118,13 +124,16 @@ pub fn headers_for_key(key: &str) -> ObjectHeaders {
         (k, Some("br"))
     } else if let Some(k) = key
         .strip_suffix(".gz")
-        .filter(|_| key.starts_with("files/"))
+        .filter(|_| key.starts_with("files/") || key.starts_with("library/"))
     {
         (k, Some("gzip"))
     } else {
         (key, None)
     };
-    let cache_control = if key.starts_with("files/") || key.starts_with("manifests/") {
+    let cache_control = if key.starts_with("files/")
+        || key.starts_with("manifests/")
+        || key.starts_with("library/")
+    {
         IMMUTABLE
     } else {
         PRIVATE
@@ -162,7 +171,10 @@ pub fn is_safe_key(key: &str) -> bool {
 
 /// Published objects only: what `/cdn` is allowed to serve.
 pub fn is_public_key(key: &str) -> bool {
-    is_safe_key(key) && (key.starts_with("files/") || key.starts_with("manifests/"))
+    is_safe_key(key)
+        && (key.starts_with("files/")
+            || key.starts_with("manifests/")
+            || key.starts_with("library/"))
 }
 
 #[cfg(test)]

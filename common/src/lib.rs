@@ -1,5 +1,5 @@
 //! Parts shared by the API and the worker: configuration, database, object storage, keys,
-//! manifest types, signing keys and metrics.
+//! manifest types, signing keys, loader telemetry and metrics.
 
 pub mod config;
 pub mod db;
@@ -8,6 +8,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod signing;
 pub mod storage;
+pub mod telemetry;
 
 /// Logs to stderr, human-readable or JSON lines; `RUST_LOG` filters (default `info`).
 pub fn init_tracing(json: bool) {

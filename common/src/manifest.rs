@@ -15,6 +15,14 @@ pub struct Manifest {
     pub game: String,
     pub version: String,
     pub build_id: String,
+    /// Per game, strictly increasing with every release (publish, re-point, re-sign): a
+    /// client rejects a manifest with a lower sequence than one it has seen (rollback).
+    /// Absent on a build's own manifest, present on every release the API serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// RFC 3339; a client rejects the manifest after it (freeze). Re-signed before then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
     /// SHA-256 of the package as uploaded.
     pub package_sha256: String,
     /// When the package was uploaded (RFC 3339); fixed per build so re-runs give equal bytes.
@@ -24,9 +32,32 @@ pub struct Manifest {
     /// Each glTF model's variants (`meshopt`, `quantized`, `original`), in `files` order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<ManifestModel>,
+    /// Engine files split into the shared offline library (`docs/engines.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<ManifestEngine>,
     /// Vertex animation texture bakes, one per mesh (`docs/vat.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vat: Vec<ManifestVat>,
+}
+
+/// One engine file of the build, served from the shared library.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEngine {
+    /// As in the detection table, e.g. `three`, `phaser`.
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+    pub size: u64,
+    /// The library copy: content-addressed, shared by every game with the same bytes.
+    pub url: String,
+    /// The build's own copy, the last resort when the library copy can't be had.
+    pub fallback_url: String,
+    /// Where the file sits in the build.
+    pub path: String,
+    /// The global a classic (UMD) build defines; ES module builds define none.
+    pub global: String,
+    /// An ES module (loaded by `import`) rather than a classic script.
+    pub module: bool,
 }
 
 /// One mesh baked into vertex animation textures: its `vat.json` names the mesh, textures and

@@ -97,6 +97,66 @@ pub static JOBS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+pub static PREHEAT_OUTCOMES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "kiln_preheat_outcomes_total",
+                "Loader engine outcomes reported by beacons, by engine, outcome, reason and device class",
+            ),
+            &["engine", "outcome", "reason", "device_class"],
+        )
+        .unwrap(),
+    )
+});
+
+pub static TELEMETRY_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "kiln_telemetry_events_total",
+                "Beacon events received, by result (accepted or rejected)",
+            ),
+            &["result"],
+        )
+        .unwrap(),
+    )
+});
+
+/// Counts a beacon's events. Labels are bounded: engines come from the detection table's
+/// names as the loader reports them, so unknown names are folded into `other`.
+pub fn record_telemetry(events: &[crate::db::TelemetryEvent], rejected: usize) {
+    for e in events {
+        if e.kind != "preheat" {
+            continue;
+        }
+        let engine = e.engine.as_deref().unwrap_or("none");
+        let engine = if engine.len() <= 32
+            && engine
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+        {
+            engine
+        } else {
+            "other"
+        };
+        PREHEAT_OUTCOMES
+            .with_label_values(&[
+                engine,
+                e.outcome.as_deref().unwrap_or(""),
+                e.reason.as_deref().unwrap_or(""),
+                e.device_class.as_deref().unwrap_or("unknown"),
+            ])
+            .inc();
+    }
+    TELEMETRY_EVENTS
+        .with_label_values(&["accepted"])
+        .inc_by(events.len() as u64);
+    TELEMETRY_EVENTS
+        .with_label_values(&["rejected"])
+        .inc_by(rejected as u64);
+}
+
 /// Touches every metric so a scrape lists them all from the start.
 pub fn init() {
     LazyLock::force(&HTTP_REQUESTS);
@@ -107,6 +167,8 @@ pub fn init() {
     LazyLock::force(&QUEUE_OLDEST_AGE);
     LazyLock::force(&STAGE_DURATION);
     LazyLock::force(&JOBS);
+    LazyLock::force(&PREHEAT_OUTCOMES);
+    LazyLock::force(&TELEMETRY_EVENTS);
 }
 
 /// The registry in Prometheus text format.

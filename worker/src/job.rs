@@ -11,7 +11,9 @@ use std::time::Duration;
 use apalis::prelude::*;
 use apalis_postgres::PostgresStorage;
 use apalis_sqlite::SqliteStorage;
-use kiln_common::db::{BuildRow, BuildStatus, Db, DbError, ManifestRow, QueuePool, StageUpdate};
+use kiln_common::db::{
+    BuildRow, BuildStatus, Db, DbError, LibraryFile, ManifestRow, QueuePool, StageUpdate,
+};
 use kiln_common::manifest::BuildIdentity;
 use kiln_common::metrics;
 use kiln_common::signing::ManifestSigner;
@@ -38,6 +40,10 @@ pub struct JobContext {
     pub work_root: PathBuf,
     /// Attempts for transient failures before the build is failed.
     pub transient_retries: u32,
+    /// How long a signed release stays valid.
+    pub manifest_ttl: Duration,
+    /// How often live releases are checked for re-signing.
+    pub resign_interval: Duration,
 }
 
 /// Puts a build on the queue.
@@ -71,6 +77,12 @@ pub async fn run_workers(
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut handles = Vec::new();
+    // Releases are signed here too: only workers hold the key.
+    handles.push(tokio::spawn(crate::release::run(
+        context.clone(),
+        Duration::from_millis(250),
+        shutdown.clone(),
+    )));
     for n in 0..count {
         // Unique per process and start: a restarted worker is a new worker, so the jobs
         // of the dead one are recognised as orphaned and re-queued.
@@ -324,18 +336,42 @@ async fn build_in(
         return Err(e.into());
     }
     let signed = &prepared.signed;
-    db.record_publication(&ManifestRow {
-        build_id: build.id.clone(),
-        game: build.game.clone(),
-        manifest_key: signed.key.clone(),
-        sha256: signed.sha256.clone(),
-        kid: signed.signature.kid.clone(),
-        signature: base64_signature(&signed.signature.signature),
-        created_at: kiln_common::db::now(),
-    })
+    let library: Vec<LibraryFile> = prepared
+        .engines
+        .iter()
+        .map(|e| LibraryFile {
+            sha256: e.sha256.clone(),
+            engine: e.name.clone(),
+            version: e.version.clone(),
+            size: e.size as i64,
+            object_key: e.library_key.clone(),
+            path: e.path.clone(),
+        })
+        .collect();
+    db.record_library(&build.id, &build.game, &library).await?;
+    // The release makes the build live; a resumed job finds the one it already made.
+    if db.publish_release(&build.id).await?.is_none() {
+        crate::release::release(context, &signed.manifest, crate::release::Reason::Publish)
+            .await
+            .map_err(|e| match e {
+                crate::release::ReleaseError::Db(e) => JobError::from(e),
+                crate::release::ReleaseError::Storage(e) => JobError::from(e),
+                crate::release::ReleaseError::Refused(reason) => JobError::Transient(reason),
+            })?;
+    }
+    db.record_publication(
+        &ManifestRow {
+            build_id: build.id.clone(),
+            game: build.game.clone(),
+            manifest_key: signed.key.clone(),
+            sha256: signed.sha256.clone(),
+            kid: signed.signature.kid.clone(),
+            signature: base64_signature(&signed.signature.signature),
+            created_at: kiln_common::db::now(),
+        },
+        publish::NAME,
+    )
     .await?;
-    db.update_stage(&build.id, publish::NAME, StageUpdate::Succeeded)
-        .await?;
     metrics::STAGE_DURATION
         .with_label_values(&[publish::NAME, "succeeded"])
         .observe(started.elapsed().as_secs_f64());

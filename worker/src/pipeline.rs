@@ -13,6 +13,7 @@ use kiln_common::signing::ManifestSigner;
 use serde::Serialize;
 
 use crate::stages::encode::{self, EncodeOptions, OutputFile};
+use crate::stages::engines::{self, BootLinks, EngineOptions};
 use crate::stages::geometry::{self, GeometryOptions, ModelOutcome, ModelVariants};
 use crate::stages::inventory::{self, FileKind, Inventory};
 use crate::stages::publish::{self, PublishPlan};
@@ -25,7 +26,7 @@ use crate::stages::{FileTree, PackageFormat};
 pub const STAGES: &[&str] = &[
     unpack::NAME,
     inventory::NAME,
-    // Later stages (engine split) go here.
+    engines::NAME,
     vat::NAME,
     geometry::NAME,
     encode::NAME,
@@ -38,10 +39,13 @@ pub struct PipelineOptions {
     pub unpack: UnpackLimits,
     pub encode: EncodeOptions,
     pub geometry: GeometryOptions,
+    pub engines: EngineOptions,
     /// Models every build bakes into vertex animation textures (a build's `kiln.toml` adds).
     pub vat: VatSelection,
     /// URL prefix for published objects, e.g. `http://127.0.0.1:8080/cdn`.
     pub cdn_base: String,
+    /// The API's public URL: rewritten pages load the loader and the manifest from it.
+    pub api_base: String,
     /// Pause before each stage. Only for crash-recovery tests and demos.
     pub stage_pause: Duration,
 }
@@ -90,6 +94,8 @@ pub struct Prepared {
     pub inventory: Inventory,
     pub outputs: Vec<OutputFile>,
     pub signed: SignedManifest,
+    /// Engine files split into the library (the job indexes them).
+    pub engines: Vec<engines::EngineFile>,
     pub plan: PublishPlan,
     pub report: BuildReport,
 }
@@ -172,6 +178,45 @@ pub fn prepare(
         })?;
     report.record(inventory::NAME, &inventory_report);
 
+    let (tree, engines_report, inventory) =
+        step(observer, &mut report, options, engines::NAME, |_| {
+            let api = options.api_base.trim_end_matches('/');
+            let links = BootLinks {
+                loader: format!("{api}/sdk/kiln-loader.js"),
+                game: identity.game.clone(),
+                manifest: format!("{api}/v1/games/{}/manifest", identity.game),
+                telemetry: format!("{api}/v1/telemetry"),
+                keys: vec![serde_json::to_value(signer.public_jwk()).expect("JWK serialises")],
+            };
+            let cdn = options.cdn_base.trim_end_matches('/');
+            let failed = |e: engines::EnginesError| PipelineError {
+                stage: engines::NAME,
+                file: None,
+                permanent: e.is_permanent(),
+                reason: e.to_string(),
+            };
+            let (tree, report) =
+                engines::run(&tree, &inventory, &options.engines, &links, &|key| {
+                    format!("{cdn}/{key}")
+                })
+                .map_err(failed)?;
+            // Rewritten pages changed size: the inventory is taken again.
+            let inventory = if report.pages.is_empty() {
+                inventory
+            } else {
+                inventory::run(&tree)
+                    .map_err(|e| PipelineError {
+                        stage: engines::NAME,
+                        file: None,
+                        permanent: e.is_permanent(),
+                        reason: e.to_string(),
+                    })?
+                    .0
+            };
+            Ok((tree, report, inventory))
+        })?;
+    report.record(engines::NAME, &engines_report);
+
     let (tree, vat_report) = step(observer, &mut report, options, vat::NAME, |_| {
         let failed = |reason: String, file: Option<&str>, permanent: bool| PipelineError {
             stage: vat::NAME,
@@ -252,13 +297,14 @@ pub fn prepare(
             &outputs,
             &models,
             &vat_baked,
+            &engines_report.engines,
             &options.cdn_base,
             signer,
         ))
     })?;
     report.record(sign::NAME, &sign_report);
 
-    let plan = publish::plan(&outputs, &signed);
+    let plan = publish::plan(&outputs, &signed, &engines_report.engines);
     report.files = file_reports(&inventory, &outputs);
     report.totals = totals(&report.files);
     Ok(Prepared {
@@ -266,6 +312,7 @@ pub fn prepare(
         inventory,
         outputs,
         signed,
+        engines: engines_report.engines,
         plan,
         report,
     })

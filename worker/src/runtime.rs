@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_common::config::{AnimationConfig, Config, VatConfig};
+use kiln_common::config::{AnimationConfig, Config, LibraryConfig, VatConfig};
 use kiln_common::db::Db;
 use kiln_common::signing::{KeyOrigin, ManifestSigner};
 use kiln_common::storage::Storage;
@@ -11,6 +11,7 @@ use kiln_common::storage::Storage;
 use crate::job::JobContext;
 use crate::pipeline::PipelineOptions;
 use crate::stages::animation::{AnimationOptions, Tolerance};
+use crate::stages::engines::{EngineOptions, EngineRules};
 use crate::stages::geometry::GeometryOptions;
 use crate::stages::vat::{VatSelection, VatSettings};
 
@@ -19,6 +20,8 @@ pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
     Ok(PipelineOptions {
         unpack: config.unpack.clone(),
         cdn_base: format!("{}/cdn", config.public_url()),
+        api_base: config.public_url(),
+        engines: engine_options(&config.library)?,
         stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
         geometry: GeometryOptions {
             animation: animation_options(&config.animation),
@@ -26,6 +29,22 @@ pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
         },
         vat: vat_selection(&config.vat)?,
         ..PipelineOptions::default()
+    })
+}
+
+/// The engine split's options: the shipped detection table plus a team's extra rules.
+pub fn engine_options(config: &LibraryConfig) -> anyhow::Result<EngineOptions> {
+    let extra = if config.rules_file.is_empty() {
+        None
+    } else {
+        Some(
+            std::fs::read_to_string(&config.rules_file)
+                .map_err(|e| anyhow::anyhow!("engine rules file {}: {e}", config.rules_file))?,
+        )
+    };
+    Ok(EngineOptions {
+        split: config.split,
+        rules: Arc::new(EngineRules::load(extra.as_deref()).map_err(anyhow::Error::msg)?),
     })
 }
 
@@ -99,6 +118,8 @@ pub async fn job_context(
         options: pipeline_options(config)?,
         work_root,
         transient_retries: config.worker.transient_retries,
+        manifest_ttl: Duration::from_secs(config.library.manifest_ttl_secs),
+        resign_interval: Duration::from_secs(config.library.resign_interval_secs),
     }))
 }
 

@@ -42,7 +42,7 @@ pub async fn play(
     };
     let row = state
         .db
-        .live_manifest(&game)
+        .live_release(&game)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("game {game:?} has no published build")))?;
     let bytes = state.storage.get_bytes(&row.manifest_key).await?;
@@ -159,7 +159,7 @@ async fn serve(
     let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     // A range names bytes of one representation; we serve ranges of the identity bytes only.
     let mut chosen: Option<(Encoding, String)> = None;
-    if range_header.is_none() && key.starts_with("files/") {
+    if range_header.is_none() && (key.starts_with("files/") || key.starts_with("library/")) {
         for encoding in accepted_encodings(headers) {
             let encoded = keys::encoded_key(key, encoding);
             if state.storage.head(&encoded).await?.is_some() {

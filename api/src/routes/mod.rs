@@ -3,7 +3,10 @@
 
 pub mod builds;
 pub mod cdn;
+pub mod library;
 pub mod ops;
 pub mod publishing;
+pub mod releases;
 pub mod teams;
+pub mod telemetry;
 pub mod uploads;

@@ -26,7 +26,7 @@ pub async fn manifest(
     Path(game): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let Some(row) = state.db.live_manifest(&game).await? else {
+    let Some(row) = state.db.live_release(&game).await? else {
         return Err(ApiError::not_found(format!(
             "game {game:?} has no published manifest"
         )));
@@ -52,6 +52,12 @@ pub async fn manifest(
         "kiln-build-id",
         HeaderValue::from_str(&row.build_id).expect("uuid"),
     );
+    // Hosts and games on other origins verify it in the browser: they need the signature.
+    response_headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    response_headers.insert(
+        "access-control-expose-headers",
+        HeaderValue::from_static("Kiln-Signature, Kiln-Build-Id, ETag"),
+    );
     if crate::routes::cdn::etag_matches(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
     }
@@ -69,7 +75,10 @@ pub async fn manifest(
 pub async fn keys(State(state): State<AppState>) -> ApiResult<Response> {
     let keys = state.db.keys().await?;
     Ok((
-        [(header::CACHE_CONTROL, "public, max-age=300")],
+        [
+            (header::CACHE_CONTROL, "public, max-age=300"),
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        ],
         Json(Jwks { keys }),
     )
         .into_response())

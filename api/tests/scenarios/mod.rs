@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use crate::common::*;
 
+mod library;
+pub use library::*;
+
 /// Upload → published → manifest verifies against /v1/keys → every file fetches with its hash.
 pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
     let kiln = Kiln::start(deployment).await;
@@ -65,6 +68,7 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
         [
             "unpack",
             "inventory",
+            "engines",
             "vat",
             "geometry",
             "encode",

@@ -7,6 +7,7 @@
 
 pub mod animation;
 pub mod encode;
+pub mod engines;
 pub mod geometry;
 pub mod inventory;
 pub mod publish;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::encode::OutputFile;
+use super::engines::EngineFile;
 use super::sign::SignedManifest;
 
 pub const NAME: &str = "publish";
@@ -44,9 +45,34 @@ pub struct PublishReport {
     pub already_stored: u64,
 }
 
-pub fn plan(outputs: &[OutputFile], signed: &SignedManifest) -> PublishPlan {
+/// The library copy of each engine file (its bytes and compressed forms under the
+/// content-addressed library key), every output, then the manifest.
+pub fn plan(
+    outputs: &[OutputFile],
+    signed: &SignedManifest,
+    engines: &[EngineFile],
+) -> PublishPlan {
     let mut seen = BTreeSet::new();
     let mut objects = Vec::new();
+    for engine in engines {
+        let Some(output) = outputs.iter().find(|o| o.path == engine.path) else {
+            continue;
+        };
+        if seen.insert(engine.library_key.clone()) {
+            objects.push(Upload {
+                key: engine.library_key.clone(),
+                size: output.size,
+                source: UploadSource::File(output.source.clone()),
+            });
+            for form in &output.encodings {
+                objects.push(Upload {
+                    key: kiln_common::keys::encoded_key(&engine.library_key, form.encoding),
+                    size: form.size,
+                    source: UploadSource::File(form.source.clone()),
+                });
+            }
+        }
+    }
     for output in outputs {
         if seen.insert(output.key.clone()) {
             objects.push(Upload {

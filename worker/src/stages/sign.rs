@@ -5,14 +5,15 @@
 
 use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
-    BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestFile, ManifestModel,
-    ManifestVat, ModelVariant,
+    BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine, ManifestFile,
+    ManifestModel, ManifestVat, ModelVariant,
 };
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::encode::OutputFile;
+use super::engines::EngineFile;
 use super::geometry::ModelVariants;
 
 pub const NAME: &str = "sign";
@@ -50,6 +51,7 @@ pub fn run(
     outputs: &[OutputFile],
     models: &[ModelVariants],
     vat: &[VatBaked],
+    engines: &[EngineFile],
     cdn_base: &str,
     signer: &ManifestSigner,
 ) -> (SignedManifest, SignReport) {
@@ -84,10 +86,29 @@ pub fn run(
         game: identity.game.clone(),
         version: identity.version.clone(),
         build_id: identity.build_id.clone(),
+        sequence: None,
+        expires: None,
         package_sha256: identity.package_sha256.clone(),
         created_at: identity.created_at.clone(),
         files,
         models,
+        engines: engines
+            .iter()
+            .filter_map(|e| {
+                let output = outputs.iter().find(|o| o.path == e.path)?;
+                Some(ManifestEngine {
+                    name: e.name.clone(),
+                    version: e.version.clone(),
+                    sha256: e.sha256.clone(),
+                    size: e.size,
+                    url: format!("{base}/{}", e.library_key),
+                    fallback_url: format!("{base}/{}", output.key),
+                    path: e.path.clone(),
+                    global: e.global.clone(),
+                    module: e.module,
+                })
+            })
+            .collect(),
         vat: vat
             .iter()
             .filter_map(|v| {
@@ -102,26 +123,42 @@ pub fn run(
             })
             .collect(),
     };
+    let signed = sign_manifest(manifest, signer);
+    let report = SignReport {
+        kid: signed.signature.kid.clone(),
+        manifest_sha256: signed.sha256.clone(),
+        manifest_bytes: signed.bytes.len() as u64,
+        files: signed.manifest.files.len() as u64,
+    };
+    (signed, report)
+}
+
+/// A release of a build: its manifest with the game's next `sequence` and an `expires`
+/// time, signed anew. What `/v1/games/{game}/manifest` serves.
+pub fn release(
+    build_manifest: &Manifest,
+    sequence: u64,
+    expires: &str,
+    signer: &ManifestSigner,
+) -> SignedManifest {
+    let mut manifest = build_manifest.clone();
+    manifest.sequence = Some(sequence);
+    manifest.expires = Some(expires.to_string());
+    sign_manifest(manifest, signer)
+}
+
+fn sign_manifest(manifest: Manifest, signer: &ManifestSigner) -> SignedManifest {
     let mut bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
     bytes.push(b'\n');
     let sha256 = hex::encode(Sha256::digest(&bytes));
     let signature = signer.sign(&bytes);
-    let report = SignReport {
-        kid: signature.kid.clone(),
-        manifest_sha256: sha256.clone(),
-        manifest_bytes: bytes.len() as u64,
-        files: manifest.files.len() as u64,
-    };
-    (
-        SignedManifest {
-            key: keys::manifest_key(&sha256),
-            manifest,
-            bytes,
-            sha256,
-            signature,
-        },
-        report,
-    )
+    SignedManifest {
+        key: keys::manifest_key(&sha256),
+        manifest,
+        bytes,
+        sha256,
+        signature,
+    }
 }
 
 /// A model's variants with their sizes; the preferred one is the smallest after brotli,

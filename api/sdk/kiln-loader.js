@@ -1,0 +1,572 @@
+/* Kiln loader: verified engines from the shared offline library. Plain ES2017, no dependencies.
+ * API and security model: api/sdk/README.md. Served verbatim at /sdk/kiln-loader.js. */
+(function (G) {
+  'use strict';
+  if (!G || (G.kiln && G.kiln.version)) return;
+
+  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', INDEX_MAX = 64;
+  var doc = typeof document !== 'undefined' && document && document.createElement ? document : null;
+  var nav = G.navigator || {};
+  var S = { keys: [], telemetry: null, game: null, timeoutMs: 10000 };
+  var events = [], queue = [], loads = {}, reported = {}, known = {}, bootDesc = {}, demands = {};
+  var pending = [], blobs = {}, marks = {}, markId = 0, dev = null, importFn, booted = false;
+  var held = {}, holding = false, dclSeen = false, domWaiters = [];
+  var readyDone, readyFail;
+  var ready = new Promise(function (y, n) { readyDone = y; readyFail = n; });
+  ready.catch(noop);
+
+  function noop() {}
+  function now() { return G.performance && G.performance.now ? G.performance.now() : Date.now(); }
+  function fail(reason, message) { var e = new Error('kiln: ' + message); e.reason = reason; return e; }
+  function why(e, dflt) { return (e && e.reason) || dflt || 'error'; }
+  function subtle() { return G.crypto && G.crypto.subtle && G.crypto.subtle.digest ? G.crypto.subtle : null; }
+  function hasCaches() { return !!(G.caches && G.caches.open); }
+  function assign(to, from) { for (var k in from) if (from[k] != null) to[k] = from[k]; return to; }
+
+  // ---- storage (localStorage may be missing or throw) ----
+  function stored(key) { try { return JSON.parse(G.localStorage.getItem(key)); } catch (e) { return null; } }
+  function save(key, v) { try { G.localStorage.setItem(key, JSON.stringify(v)); } catch (e) { /* full or blocked */ } }
+
+  // ---- bytes ----
+  var B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  function b64enc(b) {
+    var s = '';
+    for (var i = 0; i < b.length; i += 3) {
+      var n = b[i] << 16 | (b[i + 1] || 0) << 8 | (b[i + 2] || 0);
+      s += B64[n >> 18 & 63] + B64[n >> 12 & 63] + (i + 1 < b.length ? B64[n >> 6 & 63] : '=') + (i + 2 < b.length ? B64[n & 63] : '=');
+    }
+    return s;
+  }
+  function b64dec(s) {
+    s = String(s).replace(/-/g, '+').replace(/_/g, '/').replace(/=+$/, '');
+    var out = [], buf = 0, bits = 0;
+    for (var i = 0; i < s.length; i++) {
+      var v = B64.indexOf(s[i]);
+      if (v < 0) return null;
+      buf = (buf << 6 | v) & 0xffffff; bits += 6;
+      if (bits >= 8) { bits -= 8; out.push(buf >> bits & 255); }
+    }
+    return new Uint8Array(out);
+  }
+  function hex(buf) {
+    var b = new Uint8Array(buf), s = '';
+    for (var i = 0; i < b.length; i++) s += (b[i] < 16 ? '0' : '') + b[i].toString(16);
+    return s;
+  }
+  function unhex(h) {
+    var b = new Uint8Array(h.length >> 1);
+    for (var i = 0; i < b.length; i++) b[i] = parseInt(h.substr(i * 2, 2), 16);
+    return b;
+  }
+  function utf8(b) {
+    if (G.TextDecoder) return new G.TextDecoder().decode(b);
+    var s = '';
+    for (var i = 0; i < b.length; i++) s += String.fromCharCode(b[i]);
+    return decodeURIComponent(escape(s));
+  }
+  function sha256ok(bytes, d) {
+    if (typeof d.size === 'number' && d.size !== bytes.length) return Promise.resolve(false);
+    return subtle().digest('SHA-256', bytes).then(function (h) { return hex(h) === d.sha256; });
+  }
+
+  // ---- network with a deadline ----
+  function timed(fn) {
+    var ctl = G.AbortController ? new G.AbortController() : null;
+    return new Promise(function (resolve, reject) {
+      var t = setTimeout(function () {
+        try { if (ctl) ctl.abort(); } catch (e) { /* ignore */ }
+        reject(fail('timeout', 'no answer within ' + S.timeoutMs + ' ms'));
+      }, S.timeoutMs);
+      Promise.resolve().then(function () { return fn(ctl && ctl.signal); }).then(function (v) {
+        clearTimeout(t); resolve(v);
+      }, function (e) {
+        clearTimeout(t); reject(e && e.reason ? e : fail('error', String(e && e.message || e)));
+      });
+    });
+  }
+  function fetchBytes(url) {
+    if (typeof G.fetch !== 'function') return Promise.reject(fail('unsupported', 'no fetch'));
+    return timed(function (signal) {
+      return G.fetch(url, signal ? { signal: signal } : {}).then(function (res) {
+        if (!res.ok) throw fail('error', 'HTTP ' + res.status + ' from ' + url);
+        return res.arrayBuffer().then(function (b) { return { res: res, bytes: new Uint8Array(b) }; });
+      });
+    });
+  }
+
+  // ---- telemetry ----
+  function emit(ev) {
+    events.push(ev);
+    if (!queue.length) setTimeout(flush, 0);
+    queue.push(ev);
+  }
+  function flush() {
+    var batch = queue, url = S.telemetry;
+    queue = [];
+    if (!batch.length || !url) return;
+    var body = JSON.stringify({ events: batch });
+    try { if (nav.sendBeacon && nav.sendBeacon(url, body)) return; } catch (e) { /* fall through */ }
+    try {
+      G.fetch(url, { method: 'POST', body: body, keepalive: true, headers: { 'content-type': 'text/plain' } }).catch(noop);
+    } catch (e) { /* no transport: the events stay in kiln.events */ }
+  }
+  function device() {
+    if (dev) return dev;
+    var ua = String(nav.userAgent || ''), os = 'other', ver = null, model = null, m;
+    var mem = typeof nav.deviceMemory === 'number' ? nav.deviceMemory : null;
+    var cores = typeof nav.hardwareConcurrency === 'number' ? nav.hardwareConcurrency : null;
+    if ((m = /(iPhone|iPad|iPod)/.exec(ua)) || (/Macintosh/.test(ua) && nav.maxTouchPoints > 1)) {
+      os = 'ios'; model = m ? m[1] : 'iPad';
+      m = /OS (\d+)[_.](\d+)/.exec(ua) || /Version\/(\d+)\.(\d+)/.exec(ua);
+    } else if ((m = /OpenHarmony ([\d.]+)/.exec(ua))) {
+      os = 'harmonyos';
+    } else if ((m = /Android ([\d.]+)/.exec(ua))) {
+      os = 'android';
+      var md = /Android [\d.]+; (?:[a-z]{2}[-_][a-zA-Z]{2}; )?([^;)]+?)(?: Build\/|;|\))/.exec(ua);
+      model = md ? md[1] : null;
+    } else if ((m = /Windows NT ([\d.]+)/.exec(ua))) os = 'windows';
+    else if ((m = /Mac OS X (\d+)[_.](\d+)/.exec(ua))) os = 'macos';
+    else if (/CrOS/.test(ua)) os = 'chromeos';
+    else if (/Linux/.test(ua)) os = 'linux';
+    if (m) ver = m[2] !== undefined ? m[1] + '.' + m[2] : m[1];
+    var major = parseInt(ver, 10) || 0, cls = 'desktop';
+    if (os === 'ios') cls = major >= 16 && !(cores && cores < 4) ? 'ios-high' : 'ios-low';
+    else if (os === 'android' || os === 'harmonyos') {
+      if (mem) cls = mem >= 8 ? 'android-high' : mem >= 4 ? 'android-mid' : 'android-low';
+      else cls = cores && cores <= 4 ? 'android-low' : 'android-mid';
+      if (os === 'android' && major && major < 9) cls = 'android-low';
+    }
+    var rt = !doc ? (G.wx ? 'wechat-minigame' : G.tt ? 'bytedance-minigame' : 'minigame')
+      : /MicroMessenger/i.test(ua) ? 'wechat'
+      : /FBAN|FBAV/.test(ua) ? 'facebook'
+      : /Instagram/.test(ua) ? 'instagram'
+      : /musical_ly|TikTok|Bytedance|aweme/i.test(ua) ? 'tiktok'
+      : /EdgA?\/|EdgiOS/.test(ua) ? 'edge'
+      : /SamsungBrowser/.test(ua) ? 'samsung'
+      : /Firefox|FxiOS/.test(ua) ? 'firefox'
+      : /CriOS/.test(ua) ? 'chrome'
+      : os === 'android' && /; wv\)/.test(ua) ? 'android-webview'
+      : /Chrome\//.test(ua) ? 'chrome'
+      : os === 'ios' && !/Safari\//.test(ua) ? 'ios-webview'
+      : /Safari\//.test(ua) ? 'safari' : 'other';
+    dev = { 'class': cls, os: os, os_version: ver, runtime: rt, model: model, memory: mem, cores: cores };
+    return dev;
+  }
+  function engineEvent(d, outcome, reason, ms, prewarmed) {
+    reported[d.sha256] = true;
+    emit({
+      type: 'preheat', game: d.game || S.game, engine: d.name, version: d.version, outcome: outcome,
+      reason: outcome === 'hit' ? null : reason || null, ms: Math.round(ms * 10) / 10, prewarmed: !!prewarmed, device: device()
+    });
+  }
+
+  // ---- the library index (what this device ever cached) ----
+  function classify(d) {
+    var idx = stored(INDEX) || {};
+    if (idx[d.sha256]) return 'evicted';
+    for (var k in idx) if (idx[k] && idx[k].name === d.name) return 'version_mismatch';
+    return 'cold';
+  }
+  function remember(d) {
+    var idx = stored(INDEX) || {};
+    idx[d.sha256] = { name: d.name, version: d.version, at: Date.now() };
+    var keys = Object.keys(idx).sort(function (a, b) { return (idx[a].at || 0) - (idx[b].at || 0); });
+    while (keys.length > INDEX_MAX) delete idx[keys.shift()];
+    save(INDEX, idx);
+  }
+
+  // ---- evaluation ----
+  function parent() { return doc.head || doc.documentElement || doc.body; }
+  function scriptEl(src, module, sha) {
+    return new Promise(function (resolve, reject) {
+      var s = doc.createElement('script');
+      if (module) s.type = 'module';
+      if (sha) { s.setAttribute('integrity', 'sha256-' + b64enc(unhex(sha))); s.crossOrigin = 'anonymous'; }
+      var t = setTimeout(function () { reject(fail('timeout', 'script ' + src + ' did not load')); }, S.timeoutMs);
+      s.onload = function () { clearTimeout(t); resolve(); };
+      s.onerror = function () { clearTimeout(t); reject(fail('error', 'script ' + src + ' failed')); };
+      s.src = src;
+      parent().appendChild(s);
+    });
+  }
+  function dynImport(url) {
+    if (importFn === undefined) {
+      // Through Function so the file still parses where import() is a syntax error.
+      try { importFn = new Function('u', 'return import(u)'); } catch (e) { importFn = null; }
+    }
+    return importFn ? importFn(url) : Promise.reject(fail('unsupported', 'no dynamic import'));
+  }
+  function global(d) {
+    if (!d.global) return undefined;
+    var v = G, parts = d.global.split('.');
+    for (var i = 0; i < parts.length && v != null; i++) v = v[parts[i]];
+    if (v === undefined) { var e = fail('error', d.name + ' ran but defined no ' + d.global); e.ran = true; throw e; }
+    return v;
+  }
+  function blobUrl(bytes) { return URL.createObjectURL(new Blob([bytes], { type: 'text/javascript' })); }
+  // Only ever called with bytes whose SHA-256 matched. Always a promise, even if something throws.
+  function evaluate(d, bytes, hook) {
+    return new Promise(function (y) { y(run(d, bytes, hook)); });
+  }
+  function run(d, bytes, hook) {
+    if (d.module) {
+      var url = blobUrl(bytes);
+      blobs[d.sha256] = url;
+      return Promise.resolve(hook && hook(d, url)).then(function () { return dynImport(url); });
+    }
+    if (!doc) {
+      var code = utf8(bytes);
+      try { (0, eval)(code); } catch (e) { e.ran = true; throw e; } // eslint-disable-line no-eval
+      return global(d);
+    }
+    var u = blobUrl(bytes);
+    return scriptEl(u).then(function () { URL.revokeObjectURL(u); return global(d); });
+  }
+  function fallback(d, reason, hook) {
+    return fallbackLoad(d, hook).then(function (v) {
+      return { value: v, outcome: 'fallback', reason: reason };
+    }, function (e) {
+      var err = fail(why(e), 'fallback for ' + d.name + ' failed: ' + e.message);
+      err.outcome = 'error';
+      throw err;
+    });
+  }
+  function fetchVerified(url, d) {
+    return fetchBytes(url).then(function (r) {
+      return sha256ok(r.bytes, d).then(function (ok) {
+        if (!ok) throw fail('integrity_failed', url + ' does not match sha256 ' + d.sha256);
+        return r.bytes;
+      });
+    });
+  }
+  function fallbackLoad(d, hook) {
+    var url = d.fallback;
+    if (!url) return Promise.reject(fail('error', 'no fallback copy'));
+    if (doc && (!d.module || !subtle())) {
+      // SRI: the browser checks the hash itself, so this works without crypto.subtle.
+      return scriptEl(url, d.module, d.sha256).then(function () {
+        return d.module ? dynImport(url) : global(d); // a module is already in the module map, verified
+      }, function (e) {
+        if (e.reason !== 'error' || !subtle()) throw e;
+        return fetchVerified(url, d).then(function () { throw e; }); // tells integrity_failed from error
+      });
+    }
+    if (!subtle()) return Promise.reject(fail('unsupported', 'cannot verify ' + url));
+    return fetchVerified(url, d).then(function (bytes) { return evaluate(d, bytes, hook); });
+  }
+
+  // Library (Cache Storage, then network), verified, then evaluated; else the fallback copy.
+  function loadNow(d, hook) {
+    if (!subtle()) return fallback(d, 'unsupported', hook);
+    var cache = null, got = null, reason = null;
+    var lookup = !hasCaches() ? Promise.resolve((reason = 'unsupported', null)) : timed(function () {
+      return G.caches.open(CACHE).then(function (c) {
+        cache = c;
+        return c.match(d.url);
+      }).then(function (res) { return res ? res.arrayBuffer() : null; });
+    }).then(function (buf) {
+      if (!buf) return null;
+      var b = new Uint8Array(buf);
+      return sha256ok(b, d).then(function (ok) {
+        if (ok) return (got = b);
+        reason = 'integrity_failed';
+        cache.delete(d.url).catch(noop);
+        return null;
+      });
+    }, function (e) { reason = why(e); });
+    return lookup.then(function () {
+      if (got) return 'hit';
+      reason = reason || classify(d);
+      return fetchVerified(d.url, d).then(function (b) {
+        got = b;
+        if (!cache) return 'miss';
+        return cache.put(d.url, new Response(b, { headers: { 'content-type': 'text/javascript' } }))
+          .then(function () { remember(d); }, noop).then(function () { return 'miss'; });
+      });
+    }).then(function (outcome) {
+      return evaluate(d, got, hook).then(function (v) {
+        return { value: v, outcome: outcome, reason: outcome === 'hit' ? null : reason };
+      }, function (e) {
+        if (e.ran) { e.outcome = 'error'; throw e; } // it ran: running the same code again won't help
+        return fallback(d, 'error', hook);
+      });
+    }, function (e) {
+      return fallback(d, why(e), hook);
+    });
+  }
+  function load(d, hook, by) {
+    var rec = loads[d.sha256];
+    if (rec) return rec;
+    rec = loads[d.sha256] = { d: d, by: by, t0: now(), done: false };
+    rec.p = loadNow(d, hook).then(function (r) {
+      rec.done = true; rec.t1 = now(); rec.r = r; return r;
+    }, function (e) {
+      rec.done = true; rec.t1 = now(); rec.e = e; throw e;
+    });
+    rec.p.catch(noop);
+    return rec;
+  }
+
+  // ---- engine descriptors ----
+  function abs(u) {
+    try { return new URL(u, doc ? doc.baseURI : G.location && G.location.href).href; } catch (e) { return u; }
+  }
+  function norm(e, game, fromPage) {
+    if (!e || typeof e.name !== 'string' || !/^[0-9a-fA-F]{64}$/.test(e.sha256 || '') || typeof e.url !== 'string') return null;
+    return {
+      name: e.name, version: e.version == null ? null : String(e.version), sha256: e.sha256.toLowerCase(),
+      size: e.size, url: e.url, path: e.path || null, global: e.global || null, module: !!e.module, game: game,
+      fallback: (fromPage && e.path ? abs(e.path) : e.fallback_url) || null
+    };
+  }
+  function describe(name) {
+    if (bootDesc[name] || known[name] || !pending.length) return Promise.resolve(bootDesc[name] || known[name]);
+    return Promise.all(pending.map(function (p) { return p.catch(noop); })).then(function () { return describe(name); });
+  }
+  function demand(name, hook) {
+    var t0 = now();
+    return describe(name).then(function (d) {
+      if (!d) throw fail('error', 'unknown engine ' + name);
+      var before = loads[d.sha256];
+      var pre = before && before.by === 'preheat' && before.done;
+      var rec = load(d, hook, 'engine');
+      return rec.p.then(function (r) {
+        var hit = pre && r.outcome !== 'fallback';
+        engineEvent(d, hit ? 'hit' : r.outcome, hit ? null : r.reason, now() - t0, pre);
+        return r.value;
+      }, function (e) {
+        engineEvent(d, 'error', why(e), now() - t0, false);
+        throw e;
+      });
+    });
+  }
+  function engine(name) {
+    return demands[name] || (demands[name] = demand(name));
+  }
+
+  // ---- manifests ----
+  function parseSig(h) {
+    if (!h) return null;
+    var kid = null, sig = null, parts = String(h).split(',');
+    for (var i = 0; i < parts.length; i++) {
+      var p = parts[i].trim(), at = p.indexOf('=');
+      if (at < 0) return null;
+      var k = p.slice(0, at), v = p.slice(at + 1);
+      if (k === 'keyid') kid = v;
+      else if (k === 'sig') sig = b64dec(v);
+    }
+    return kid && sig ? { kid: kid, sig: sig } : null;
+  }
+  function gameOf(url) { var m = /\/games\/([^/?#]+)\/manifest/.exec(url); return m ? decodeURIComponent(m[1]) : null; }
+  function verify(url, opts) {
+    var keys = opts.keys || S.keys || [], s = subtle(), got, sig;
+    if (!s) return Promise.reject(fail('unsupported', 'no crypto.subtle'));
+    return fetchBytes(url).then(function (r) {
+      got = r;
+      sig = parseSig(r.res.headers.get('kiln-signature'));
+      if (!sig) throw fail('bad_signature', 'missing or unreadable Kiln-Signature');
+      var jwk = null;
+      for (var i = 0; i < keys.length; i++) if (keys[i] && keys[i].kid === sig.kid) jwk = keys[i];
+      if (!jwk) throw fail('unknown_key', 'no trusted key ' + sig.kid);
+      return s.importKey('jwk', { kty: jwk.kty, crv: jwk.crv, x: jwk.x }, { name: 'Ed25519' }, false, ['verify'])
+        .catch(function (e) {
+          throw fail(e && e.name === 'NotSupportedError' ? 'unsupported' : 'unknown_key', 'key ' + sig.kid + ': ' + (e && e.message));
+        });
+    }).then(function (key) {
+      return sig.sig.length === 64 && s.verify({ name: 'Ed25519' }, key, sig.sig, got.bytes);
+    }).then(function (ok) {
+      if (!ok) throw fail('bad_signature', 'signature does not verify');
+      var m;
+      try { m = JSON.parse(utf8(got.bytes)); } catch (e) { throw fail('malformed', 'not JSON'); }
+      if (!m || m.schema !== 1 || typeof m.game !== 'string' || !(m.sequence >= 0) || Math.floor(m.sequence) !== m.sequence ||
+          isNaN(Date.parse(m.expires)) || (m.engines != null && !Array.isArray(m.engines)) || (opts.game && opts.game !== m.game)) {
+        throw fail('malformed', 'not a schema 1 manifest' + (opts.game ? ' of ' + opts.game : ''));
+      }
+      if (Date.parse(m.expires) <= Date.now()) throw fail('expired', 'expired at ' + m.expires);
+      var seen = Number(stored(SEQ + m.game)) || 0;
+      if (m.sequence < seen) throw fail('rollback', 'sequence ' + m.sequence + ' is older than ' + seen);
+      save(SEQ + m.game, m.sequence);
+      return m;
+    });
+  }
+  function preheat(url, opts) {
+    opts = opts || {};
+    var p = verify(url, opts);
+    pending.push(p);
+    p.then(done, done);
+    function done() { pending.splice(pending.indexOf(p), 1); }
+    return p.then(function (m) {
+      var ds = [];
+      (m.engines || []).forEach(function (e) {
+        var d = norm(e, m.game, false);
+        if (d) { ds.push(d); known[d.name] = d; }
+      });
+      return Promise.all(ds.map(function (d) {
+        var rec = load(d, null, 'preheat');
+        var t0 = now(), line = function (outcome, reason) {
+          return { name: d.name, version: d.version, outcome: outcome, reason: reason, ms: Math.round((now() - t0) * 10) / 10 };
+        };
+        return rec.p.then(function (r) { return line(r.outcome, r.reason); }, function (e) { return line('error', why(e)); });
+      })).then(function (engines) { return { game: m.game, sequence: m.sequence, engines: engines }; });
+    }, function (e) {
+      emit({ type: 'manifest', game: opts.game || gameOf(url) || S.game, outcome: 'rejected', reason: why(e) });
+      throw e;
+    });
+  }
+  // Engines preheated here but never asked for: report what preheating found when the page goes.
+  function reportPreheated() {
+    for (var k in loads) {
+      var rec = loads[k];
+      if (rec.by === 'preheat' && rec.done && !reported[k]) {
+        engineEvent(rec.d, rec.r ? rec.r.outcome : 'error', rec.r ? rec.r.reason : why(rec.e), rec.t1 - rec.t0, false);
+      }
+    }
+    flush();
+  }
+
+  // ---- boot: engines first, then the page's deferred scripts in order ----
+  function domReady() {
+    return new Promise(function (y) { if (dclSeen || doc.readyState !== 'loading') y(); else domWaiters.push(y); });
+  }
+  function hold(e) {
+    if (e.type === 'DOMContentLoaded') { dclSeen = true; domWaiters.splice(0).forEach(function (y) { y(); }); }
+    // eventPhase 2: the document's own DOMContentLoaded / the window's load, not an element's.
+    if (holding && e.eventPhase === 2) { held[e.type] = true; e.stopImmediatePropagation(); }
+  }
+  function release() {
+    holding = false;
+    if (held.DOMContentLoaded) doc.dispatchEvent(new Event('DOMContentLoaded', { bubbles: true }));
+    if (held.load) G.dispatchEvent(new Event('load'));
+  }
+  var JS = /^(|module|(text|application)\/(x-)?(java|ecma)script|text\/(jscript|livescript)|(text|application)\/(x-)?javascript1\.[0-5])$/;
+  function mapOf(ds) {
+    var imports = {}, scopes = {}, lookup = {}, own = [];
+    ds.forEach(function (d) {
+      var b = blobs[d.sha256];
+      if (!b || !d.path) return;
+      var u = abs(d.path);
+      lookup[u] = imports[u] = b;
+      if (/^[^./][^:]*$/.test(d.path)) imports['./' + d.path] = b;
+    });
+    function swap(m) {
+      var out = {};
+      for (var k in m) out[k] = lookup[abs(m[k])] || m[k];
+      return out;
+    }
+    // The game's own (deferred) import maps merge into ours: one map works in every browser.
+    var games = doc.querySelectorAll('script[type="text/kiln-deferred"][data-kiln-type="importmap"]');
+    for (var i = 0; i < games.length; i++) {
+      var g;
+      try { g = JSON.parse(games[i].text); } catch (e) { continue; }
+      own.push(games[i]);
+      if (g.imports) imports = assign(swap(g.imports), imports);
+      for (var sc in g.scopes || {}) scopes[sc] = swap(g.scopes[sc]);
+    }
+    own.forEach(function (el) { el.setAttribute('data-kiln-merged', ''); });
+    return { imports: imports, scopes: scopes };
+  }
+  function addMap(map) {
+    var s = doc.createElement('script');
+    s.type = 'importmap';
+    s.text = JSON.stringify(map);
+    parent().appendChild(s);
+  }
+  function replayOne(old) {
+    var t = (old.getAttribute('data-kiln-type') || '').trim().toLowerCase();
+    if (old.hasAttribute('data-kiln-merged') || !old.parentNode) return null;
+    var s = doc.createElement('script'), src = old.getAttribute('src');
+    for (var i = 0; i < old.attributes.length; i++) {
+      var a = old.attributes[i];
+      if (a.name !== 'type' && a.name !== 'data-kiln-type') s.setAttribute(a.name, a.value);
+    }
+    if (old.nonce) s.nonce = old.nonce;
+    if (t) s.setAttribute('type', old.getAttribute('data-kiln-type'));
+    var waits = JS.test(t) && !(s.hasAttribute('nomodule') && 'noModule' in s);
+    var p = null;
+    if (src) {
+      if (!s.hasAttribute('async')) s.async = false;
+      if (waits) p = new Promise(function (y) { s.addEventListener('load', y); s.addEventListener('error', y); });
+    } else if (t === 'module' && waits) {
+      // Inline modules fire no load event: the module tells us itself.
+      var id = ++markId;
+      s.text = old.text + '\n;globalThis.kiln._mark(' + id + ');';
+      p = new Promise(function (y) {
+        var t1 = setTimeout(y, S.timeoutMs);
+        marks[id] = function () { clearTimeout(t1); G.removeEventListener('error', marks[id]); y(); };
+        G.addEventListener('error', marks[id]);
+      });
+    } else s.text = old.text;
+    old.parentNode.replaceChild(s, old);
+    return p;
+  }
+  function replay() {
+    var list = doc.querySelectorAll('script[type="text/kiln-deferred"]'), i = 0;
+    function next() {
+      if (i >= list.length) return Promise.resolve();
+      return Promise.resolve(replayOne(list[i++])).then(next);
+    }
+    return next();
+  }
+  function boot(cfg) {
+    if (booted) return ready;
+    booted = true;
+    cfg = cfg || {};
+    configure(cfg);
+    var ds = [];
+    (cfg.engines || []).forEach(function (e) {
+      var d = norm(e, cfg.game || S.game, true);
+      if (d) { ds.push(d); bootDesc[d.name] = d; }
+    });
+    if (doc) holding = true;
+    var mods = ds.filter(function (d) { return d.module; }), arrived = {}, mapped = false, mapDone, mapReady;
+    mapReady = new Promise(function (y) { mapDone = y; });
+    var arrivals = mods.map(function (d) { return new Promise(function (y) { arrived[d.name] = y; }); });
+    function hook(d, url) {
+      if (mapped && doc && d.path) { var m = { imports: {} }; m.imports[abs(d.path)] = url; addMap(m); }
+      if (arrived[d.name]) arrived[d.name]();
+      return mapReady;
+    }
+    if (!mods.length || !doc) mapDone();
+    else Promise.all(arrivals).then(domReady).then(function () { addMap(mapOf(mods)); mapped = true; mapDone(); });
+    var t0 = now();
+    var runs = ds.map(function (d) {
+      var p = demands[d.name] || (demands[d.name] = demand(d.name, d.module ? hook : null));
+      return p.then(noop, noop).then(function () { if (arrived[d.name]) arrived[d.name](); });
+    });
+    Promise.all(runs).then(function () {
+      return doc ? domReady().then(function () { return mapReady; }).then(replay) : null;
+    }).then(function () {
+      var summary = { game: cfg.game || S.game, ms: Math.round((now() - t0) * 10) / 10, engines: [] };
+      events.forEach(function (e) {
+        if (e.type === 'preheat' && bootDesc[e.engine]) summary.engines.push({ name: e.engine, version: e.version, outcome: e.outcome, reason: e.reason, ms: e.ms });
+      });
+      if (doc) release();
+      readyDone(summary);
+    }).catch(function (e) { if (doc) release(); readyFail(e); });
+    return ready;
+  }
+
+  function configure(o) {
+    o = o || {};
+    assign(S, { keys: o.keys, telemetry: o.telemetry, game: o.game, timeoutMs: o.timeoutMs });
+    return S;
+  }
+
+  if (doc && doc.addEventListener) doc.addEventListener('DOMContentLoaded', hold, true);
+  if (G.addEventListener) {
+    G.addEventListener('load', hold, true);
+    G.addEventListener('pagehide', reportPreheated);
+  }
+
+  G.kiln = {
+    version: '1',
+    configure: configure,
+    preheat: preheat,
+    engine: engine,
+    boot: boot,
+    ready: ready,
+    events: events,
+    device: device,
+    _mark: function (id) { if (marks[id]) marks[id](); }
+  };
+})(typeof globalThis !== 'undefined' ? globalThis : typeof self !== 'undefined' ? self : typeof window !== 'undefined' ? window : null);

@@ -1,0 +1,165 @@
+//! The shared engine library: the loader script, the library's entries with their ROI, and
+//! removing an entry no live game needs.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+use crate::auth::{Admin, Team};
+use crate::error::{ApiError, ApiResult};
+
+/// The loader, served as written (`api/sdk/kiln-loader.js`).
+pub const LOADER: &str = include_str!("../../sdk/kiln-loader.js");
+
+#[utoipa::path(get, path = "/sdk/kiln-loader.js",
+    description = "The Kiln loader (no dependencies): `kiln.preheat(manifestUrl)`, `kiln.engine(name)`, `kiln.boot(config)`. See api/sdk/README.md.",
+    responses((status = 200, content_type = "text/javascript"), (status = 304)))]
+pub async fn loader(headers: HeaderMap) -> Response {
+    static ETAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let etag = ETAG.get_or_init(|| format!("\"{}\"", &hex::encode(Sha256::digest(LOADER))[..32]));
+    let mut out = HeaderMap::new();
+    out.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    out.insert(header::ETAG, HeaderValue::from_str(etag).expect("hex etag"));
+    out.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    if crate::routes::cdn::etag_matches(&headers, etag) {
+        return (StatusCode::NOT_MODIFIED, out).into_response();
+    }
+    out.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/javascript; charset=utf-8"),
+    );
+    (StatusCode::OK, out, LOADER).into_response()
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct LibraryView {
+    pub entries: Vec<LibraryEntryView>,
+    /// Bytes the library stores (each entry once).
+    pub bytes_stored: i64,
+    /// Bytes players did not download because the engine was already on their device.
+    pub bytes_saved: i64,
+    /// An entry is flagged `low_roi` while `bytes_saved < size × min_roi`.
+    pub min_roi: f64,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct LibraryEntryView {
+    /// The entry's id: the SHA-256 of its bytes.
+    pub id: String,
+    pub engine: String,
+    pub version: String,
+    pub size: i64,
+    pub url: String,
+    pub first_build_id: String,
+    pub created_at: String,
+    /// Games and builds that carry it.
+    pub games: i64,
+    pub builds: i64,
+    /// Loader outcomes reported for this engine version.
+    pub hits: i64,
+    pub misses: i64,
+    pub fallbacks: i64,
+    /// `hits / (hits + misses + fallbacks)`; null before any report.
+    pub hit_rate: Option<f64>,
+    /// `hits × size`.
+    pub bytes_saved: i64,
+    /// `bytes_saved / size`.
+    pub roi: f64,
+    pub low_roi: bool,
+}
+
+#[utoipa::path(get, path = "/v1/library",
+    description = "Every engine build in the shared library, with its reuse, loader outcomes and ROI (bytes saved against bytes stored). Any team token or the admin token.",
+    responses((status = 200, body = LibraryView), (status = 401, body = crate::error::ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Result<Team, ApiError>,
+    admin: Result<Admin, ApiError>,
+) -> ApiResult<Json<LibraryView>> {
+    if auth.is_err() {
+        admin?;
+    }
+    let min_roi = state.config.library.min_roi;
+    let base = state.config.public_url();
+    let entries: Vec<LibraryEntryView> = state
+        .db
+        .library()
+        .await?
+        .into_iter()
+        .map(|e| {
+            let reports = e.hits + e.misses + e.fallbacks;
+            let bytes_saved = e.hits.saturating_mul(e.size);
+            let roi = if e.size > 0 {
+                bytes_saved as f64 / e.size as f64
+            } else {
+                0.0
+            };
+            LibraryEntryView {
+                url: format!("{base}/cdn/{}", e.object_key),
+                id: e.sha256,
+                engine: e.engine,
+                version: e.version,
+                size: e.size,
+                first_build_id: e.first_build_id,
+                created_at: e.created_at,
+                games: e.games,
+                builds: e.builds,
+                hits: e.hits,
+                misses: e.misses,
+                fallbacks: e.fallbacks,
+                hit_rate: (reports > 0).then(|| e.hits as f64 / reports as f64),
+                bytes_saved,
+                roi,
+                low_roi: roi < min_roi,
+            }
+        })
+        .collect();
+    Ok(Json(LibraryView {
+        bytes_stored: entries.iter().map(|e| e.size).sum(),
+        bytes_saved: entries.iter().map(|e| e.bytes_saved).sum(),
+        min_roi,
+        entries,
+    }))
+}
+
+#[utoipa::path(delete, path = "/v1/library/{id}",
+    description = "Removes an entry and its objects (admin). Refused with 409 while a game's live release carries it.",
+    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let Some(key) = state.db.library_object(&id).await? else {
+        return Err(ApiError::not_found(format!("library entry {id} not found")));
+    };
+    let games = state.db.live_games_using(&id).await?;
+    if !games.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "in_use",
+            format!(
+                "library entry {id} is in the live release of {}; release those games without it first",
+                games.join(", ")
+            ),
+        ));
+    }
+    // Rows first: an entry without objects is gone; objects without a row are only garbage.
+    state.db.delete_library_entry(&id).await?;
+    use kiln_common::keys::{Encoding, encoded_key};
+    for object in [
+        encoded_key(&key, Encoding::Br),
+        encoded_key(&key, Encoding::Gzip),
+        key,
+    ] {
+        state.storage.delete(&object).await?;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,152 @@
+//! `POST /v1/telemetry`: the loader's beacons. Validated per event (`kiln_common::telemetry`),
+//! limited per client, stored for the library's ROI and the dashboards.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kiln_common::telemetry;
+use serde::Serialize;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TelemetryAccepted {
+    pub accepted: usize,
+    pub rejected: usize,
+    /// Why each rejected event was rejected (`event N: …`).
+    pub errors: Vec<String>,
+}
+
+/// A token bucket per client address: `rate` requests a minute, bursts up to `rate`.
+#[derive(Default)]
+pub struct RateLimiter {
+    buckets: Mutex<HashMap<IpAddr, (f64, Instant)>>,
+}
+
+impl RateLimiter {
+    pub fn allow(&self, client: IpAddr, per_minute: u32) -> bool {
+        let capacity = f64::from(per_minute);
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("rate limiter lock");
+        if buckets.len() > 100_000 {
+            // Forget idle clients rather than grow without bound.
+            buckets.retain(|_, (_, at)| now.duration_since(*at).as_secs() < 60);
+        }
+        let (tokens, at) = buckets.entry(client).or_insert((capacity, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * capacity / 60.0).min(capacity);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn cors(headers: &mut HeaderMap) {
+    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    headers.insert(
+        "access-control-allow-methods",
+        HeaderValue::from_static("POST, OPTIONS"),
+    );
+    headers.insert(
+        "access-control-allow-headers",
+        HeaderValue::from_static("content-type"),
+    );
+    headers.insert("access-control-max-age", HeaderValue::from_static("86400"));
+}
+
+/// CORS preflight for `application/json` posts (`text/plain` beacons need none).
+pub async fn preflight() -> Response {
+    let mut headers = HeaderMap::new();
+    cors(&mut headers);
+    (StatusCode::NO_CONTENT, headers).into_response()
+}
+
+#[utoipa::path(post, path = "/v1/telemetry",
+    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. 413 over the body limit, 429 over the per-client rate.",
+    request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array (docs/engines.md)"),
+    responses((status = 202, body = TelemetryAccepted), (status = 400, body = crate::error::ErrorBody),
+        (status = 413, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody)))]
+pub async fn ingest(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let limits = &state.config.telemetry;
+    let with_cors = |mut response: Response| {
+        cors(response.headers_mut());
+        response
+    };
+    if !state
+        .telemetry_limiter
+        .allow(peer.ip(), limits.rate_per_minute)
+    {
+        return Ok(with_cors(
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many telemetry requests from this client",
+            )
+            .into_response(),
+        ));
+    }
+    if body.len() > limits.max_body_bytes {
+        return Ok(with_cors(
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("body over {} bytes", limits.max_body_bytes),
+            )
+            .into_response(),
+        ));
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !(content_type.is_empty()
+        || content_type.starts_with("application/json")
+        || content_type.starts_with("text/plain"))
+    {
+        return Ok(with_cors(
+            ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send JSON as application/json or text/plain",
+            )
+            .into_response(),
+        ));
+    }
+    let parsed = match telemetry::parse(&body, limits.max_events) {
+        Ok(p) => p,
+        Err(e) => {
+            return Ok(with_cors(
+                ApiError::bad_request(e.to_string()).into_response(),
+            ));
+        }
+    };
+    state.db.insert_telemetry(&parsed.events).await?;
+    kiln_common::metrics::record_telemetry(&parsed.events, parsed.rejected.len());
+    Ok(with_cors(
+        (
+            StatusCode::ACCEPTED,
+            Json(TelemetryAccepted {
+                accepted: parsed.events.len(),
+                rejected: parsed.rejected.len(),
+                errors: parsed.rejected,
+            }),
+        )
+            .into_response(),
+    ))
+}

@@ -1,0 +1,411 @@
+//! The engine split, the shared library, releases (sequence, expiry, rollback) and the
+//! loader's telemetry, over real HTTP.
+
+use std::time::{Duration, Instant};
+
+use kiln_common::signing::{Jwk, ManifestSignature};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+async fn publish(kiln: &Kiln, token: &str, game: &str, version: &str, package: Vec<u8>) -> String {
+    let (code, accepted) = kiln
+        .upload(token, game, version, "application/zip", package)
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    let status = kiln.wait_for_build(token, &id).await;
+    assert_eq!(status["status"], "published", "{status}");
+    id
+}
+
+/// The live manifest, checked against `/v1/keys`, parsed.
+async fn live_manifest(kiln: &Kiln, game: &str) -> Value {
+    let response = kiln
+        .http
+        .get(format!("{}/v1/games/{game}/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    assert!(
+        response.headers()["access-control-expose-headers"]
+            .to_str()
+            .unwrap()
+            .contains("Kiln-Signature")
+    );
+    let signature =
+        ManifestSignature::parse_header(response.headers()["kiln-signature"].to_str().unwrap())
+            .unwrap();
+    let bytes = response.bytes().await.unwrap();
+    let keys: Vec<Jwk> = serde_json::from_value(kiln.jwks().await["keys"].clone()).unwrap();
+    let key = keys.iter().find(|k| k.kid == signature.kid).unwrap();
+    assert!(key.verify(&bytes, &signature), "the release verifies");
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+fn expires_in(manifest: &Value) -> chrono::TimeDelta {
+    let expires = chrono::DateTime::parse_from_rfc3339(manifest["expires"].as_str().unwrap())
+        .expect("expires is RFC 3339");
+    expires.with_timezone(&chrono::Utc) - chrono::Utc::now()
+}
+
+/// Two teams upload games with the same three.js build: the engine is split out, stored
+/// once, indexed with both games, served from the library and still in each build.
+pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token_a) = kiln.team("lib-a").await;
+    let (_, token_b) = kiln.team("lib-b").await;
+    let build_a = publish(&kiln, &token_a, "fox-a", "1.0.0", sample_package()).await;
+    publish(&kiln, &token_b, "fox-b", "1.0.0", sample_package()).await;
+
+    let manifest_a = live_manifest(&kiln, "fox-a").await;
+    let manifest_b = live_manifest(&kiln, "fox-b").await;
+    let engines = manifest_a["engines"].as_array().expect("engines listed");
+    assert_eq!(engines.len(), 1, "{engines:?}");
+    let engine = &engines[0];
+    assert_eq!(engine["name"], "three");
+    assert_eq!(engine["version"], "0.160");
+    assert_eq!(engine["path"], "vendor/three.module.min.js");
+    assert_eq!(engine["module"], true);
+    assert_eq!(
+        engine["url"], manifest_b["engines"][0]["url"],
+        "one library object"
+    );
+    assert!(engine["url"].as_str().unwrap().contains("/cdn/library/"));
+    let sha = engine["sha256"].as_str().unwrap();
+    let size = engine["size"].as_u64().unwrap();
+    // The fallback is the build's own file, still listed in `files`.
+    let own = manifest_a["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "vendor/three.module.min.js")
+        .expect("the engine stays in the build");
+    assert_eq!(engine["fallback_url"], own["url"]);
+    for url in [&engine["url"], &engine["fallback_url"]] {
+        let response = kiln.http.get(url.as_str().unwrap()).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(
+            response.headers()["cache-control"]
+                .to_str()
+                .unwrap()
+                .contains("immutable")
+        );
+        assert_eq!(response.headers()["access-control-allow-origin"], "*");
+        assert_eq!(sha256_hex(&response.bytes().await.unwrap()), sha);
+    }
+    // Releases carry a sequence and an expiry (default 7 days).
+    assert_eq!(manifest_a["sequence"], 1);
+    let left = expires_in(&manifest_a);
+    assert!(
+        left > chrono::TimeDelta::days(7) - chrono::TimeDelta::minutes(5)
+            && left <= chrono::TimeDelta::days(7),
+        "{left}"
+    );
+
+    // The report says what moved and what the main package lost.
+    let (_, report) = kiln
+        .get_json(&token_a, &format!("/v1/builds/{build_a}/report"))
+        .await;
+    let split = &report["stages"]["engines"];
+    assert_eq!(split["bytes_moved"], size);
+    let reduction = split["package_reduction"].as_f64().unwrap();
+    let build_bytes = split["build_bytes"].as_f64().unwrap();
+    assert!(
+        (reduction - size as f64 / build_bytes).abs() < 1e-9,
+        "{split}"
+    );
+    assert!(reduction > 0.1 && reduction < 1.0, "{split}");
+    assert_eq!(split["pages"][0]["path"], "index.html");
+
+    // The page gets its engine through the loader; everything else waits for it.
+    let page = kiln
+        .http
+        .get(format!("{}/play/fox-a/", kiln.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(&format!("{}/sdk/kiln-loader.js", kiln.url)),
+        "{page}"
+    );
+    assert!(page.contains("kiln.boot("));
+    assert!(page.contains(r#"data-kiln-type="importmap""#), "{page}");
+    assert!(page.contains(r#"data-kiln-type="module""#), "{page}");
+    let loader = kiln
+        .http
+        .get(format!("{}/sdk/kiln-loader.js", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(loader.status(), 200);
+    assert!(
+        loader.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert!(loader.text().await.unwrap().contains("preheat"));
+
+    // The library: one entry, two games, nothing saved yet.
+    let (code, library) = kiln.get_json(&token_a, "/v1/library").await;
+    assert_eq!(code, 200, "{library}");
+    let entries = library["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{library}");
+    let entry = &entries[0];
+    assert_eq!(entry["id"], sha);
+    assert_eq!(
+        (entry["games"].as_i64(), entry["builds"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(entry["size"], size);
+    assert_eq!(entry["hits"], 0);
+    assert_eq!(entry["low_roi"], true);
+    assert_eq!(library["bytes_stored"], size);
+    let (code, _) = kiln.get_json("not-a-token", "/v1/library").await;
+    assert_eq!(code, 401);
+
+    // Two hits reported: the ROI follows (bad events are counted, not stored).
+    let beacon = json!({"events": [
+        {"type": "preheat", "game": "fox-a", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 3.5, "device": {"class": "desktop"}},
+        {"type": "preheat", "game": "fox-b", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 2.0},
+        {"type": "preheat", "game": "fox-b", "engine": "three", "version": "0.160", "outcome": "miss"}
+    ]});
+    let response = kiln
+        .http
+        .post(format!("{}/v1/telemetry", kiln.url))
+        .header("content-type", "text/plain;charset=UTF-8")
+        .body(beacon.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let counts: Value = response.json().await.unwrap();
+    assert_eq!(
+        (counts["accepted"].as_u64(), counts["rejected"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let (_, library) = kiln.get_json(&token_b, "/v1/library").await;
+    let entry = &library["entries"][0];
+    assert_eq!(entry["hits"], 2);
+    assert_eq!(entry["bytes_saved"], 2 * size);
+    assert_eq!(entry["roi"], 2.0);
+    assert_eq!(entry["hit_rate"], 1.0);
+
+    // An entry a live release carries cannot be deleted; only the admin may try.
+    let delete = |token: &'static str| {
+        kiln.http
+            .delete(format!("{}/v1/library/{sha}", kiln.url))
+            .bearer_auth(token)
+            .send()
+    };
+    assert_eq!(delete(ADMIN).await.unwrap().status(), 409);
+    assert_eq!(delete("team-token").await.unwrap().status(), 401);
+    let unknown = kiln
+        .http
+        .delete(format!("{}/v1/library/{}", kiln.url, "0".repeat(64)))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    kiln.stop().await;
+}
+
+/// A rollback is a release of an older build with a new, higher sequence.
+pub async fn releases_roll_back_with_a_higher_sequence(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token) = kiln.team("rel").await;
+    let (_, other) = kiln.team("rel-other").await;
+    let v1 = publish(&kiln, &token, "rel-game", "1.0.0", sample_package()).await;
+    let v2 = publish(&kiln, &token, "rel-game", "2.0.0", sample_package()).await;
+    let live = live_manifest(&kiln, "rel-game").await;
+    assert_eq!(
+        (live["sequence"].as_i64(), live["build_id"].as_str()),
+        (Some(2), Some(v2.as_str()))
+    );
+
+    let release = |token: String, build: String| {
+        kiln.http
+            .post(format!("{}/v1/games/rel-game/releases", kiln.url))
+            .bearer_auth(token)
+            .json(&json!({ "build_id": build }))
+            .send()
+    };
+    let response = release(token.clone(), v1.clone()).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let made: Value = response.json().await.unwrap();
+    assert_eq!(made["sequence"], 3);
+    assert_eq!(made["build_id"], v1);
+    assert_eq!(made["reason"], "release");
+    let live = live_manifest(&kiln, "rel-game").await;
+    assert_eq!(
+        (live["sequence"].as_i64(), live["build_id"].as_str()),
+        (Some(3), Some(v1.as_str()))
+    );
+    assert_eq!(live["version"], "1.0.0");
+
+    // Another team's token, an unknown build: not found; nothing released.
+    assert_eq!(release(other, v1.clone()).await.unwrap().status(), 404);
+    assert_eq!(
+        release(token.clone(), "nope".into())
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let (code, history) = kiln.get_json(&token, "/v1/games/rel-game/releases").await;
+    assert_eq!(code, 200);
+    let sequences: Vec<i64> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["sequence"].as_i64().unwrap())
+        .collect();
+    assert_eq!(sequences, [3, 2, 1]);
+    let reasons: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["release", "publish", "publish"]);
+    kiln.stop().await;
+}
+
+/// A live release past half its lifetime is signed again, with the next sequence.
+pub async fn live_releases_are_resigned_before_expiry(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.library.manifest_ttl_secs = 6;
+        c.library.resign_interval_secs = 1;
+    })
+    .await;
+    let (_, token) = kiln.team("resign").await;
+    let build = publish(&kiln, &token, "resign-game", "1.0.0", sample_package()).await;
+    let first = live_manifest(&kiln, "resign-game").await;
+    assert!(expires_in(&first) <= chrono::TimeDelta::seconds(6));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resigned = loop {
+        let live = live_manifest(&kiln, "resign-game").await;
+        if live["sequence"].as_i64() > first["sequence"].as_i64() {
+            break live;
+        }
+        assert!(Instant::now() < deadline, "never re-signed: {live}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(resigned["build_id"], build.as_str());
+    assert!(expires_in(&resigned) > expires_in(&first));
+    let (_, history) = kiln
+        .get_json(&token, "/v1/games/resign-game/releases")
+        .await;
+    assert_eq!(history[0]["reason"], "resign");
+    kiln.stop().await;
+}
+
+/// Beacons: per-event validation, body and rate limits, CORS; what is stored is what came.
+pub async fn telemetry_is_validated_and_limited(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.telemetry.rate_per_minute = 6;
+        c.telemetry.max_body_bytes = 4096;
+    })
+    .await;
+    let post = |content_type: &'static str, body: String| {
+        kiln.http
+            .post(format!("{}/v1/telemetry", kiln.url))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    let batch = json!({"events": [
+        {"type": "preheat", "game": "tele", "engine": "three", "version": "0.150", "outcome": "miss", "reason": "version_mismatch", "ms": 88.0, "prewarmed": false, "device": {"class": "android-low", "model": "SM-A105F"}, "future_field": 1},
+        {"type": "preheat", "game": "tele", "engine": "three", "version": "0.150", "outcome": "fallback", "reason": "integrity_failed", "ms": 140.0},
+        {"type": "preheat", "game": "tele", "engine": "three", "outcome": "hit", "ms": 1e9},
+        {"type": "preheat", "game": "tele", "engine": 7, "outcome": "hit"}
+    ]});
+    let response = post("text/plain;charset=UTF-8", batch.to_string())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    let counts: Value = response.json().await.unwrap();
+    assert_eq!(counts["accepted"], 2, "{counts}");
+    assert_eq!(counts["rejected"], 2, "{counts}");
+    assert!(
+        counts["errors"][0].as_str().unwrap().contains("event 2"),
+        "{counts}"
+    );
+
+    let stored = kiln
+        .running
+        .as_ref()
+        .unwrap()
+        .state
+        .db
+        .telemetry_for_game("tele")
+        .await
+        .unwrap();
+    let got: Vec<(Option<&str>, Option<&str>, Option<&str>)> = stored
+        .iter()
+        .map(|e| {
+            (
+                e.outcome.as_deref(),
+                e.reason.as_deref(),
+                e.device_class.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some("miss"), Some("version_mismatch"), Some("android-low")),
+            (Some("fallback"), Some("integrity_failed"), None)
+        ]
+    );
+
+    // Whole-body errors: not JSON, too big, wrong type.
+    assert_eq!(post("text/plain", "{".into()).await.unwrap().status(), 400);
+    assert_eq!(
+        post("text/plain", "x".repeat(5000)).await.unwrap().status(),
+        413
+    );
+    assert_eq!(
+        post("application/xml", "{}".into()).await.unwrap().status(),
+        415
+    );
+    // The preflight a JSON post needs.
+    let preflight = kiln
+        .http
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/v1/telemetry", kiln.url),
+        )
+        .header("origin", "https://games.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204);
+    assert_eq!(preflight.headers()["access-control-allow-origin"], "*");
+    // Six requests a minute from one client: the rest are refused.
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(
+            post("application/json", r#"{"events":[]}"#.into())
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(
+        codes,
+        [202, 202, 429, 429],
+        "the limit counts every request"
+    );
+    kiln.stop().await;
+}

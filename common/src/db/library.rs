@@ -1,0 +1,241 @@
+//! The shared engine library's index and the loader's telemetry events.
+
+use sqlx::Row;
+
+use super::{Db, DbError, now};
+
+/// An engine file a build carries, to index.
+#[derive(Debug, Clone)]
+pub struct LibraryFile {
+    pub sha256: String,
+    pub engine: String,
+    pub version: String,
+    pub size: i64,
+    pub object_key: String,
+    pub path: String,
+}
+
+/// One library entry with its reuse and what telemetry says it saved.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LibraryRow {
+    pub sha256: String,
+    pub engine: String,
+    pub version: String,
+    pub size: i64,
+    pub object_key: String,
+    pub first_build_id: String,
+    pub created_at: String,
+    pub games: i64,
+    pub builds: i64,
+    pub hits: i64,
+    pub misses: i64,
+    pub fallbacks: i64,
+}
+
+/// A validated loader event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryEvent {
+    pub kind: String,
+    pub game: String,
+    pub engine: Option<String>,
+    pub version: Option<String>,
+    pub outcome: Option<String>,
+    pub reason: Option<String>,
+    pub ms: Option<f64>,
+    pub prewarmed: Option<bool>,
+    pub device_class: Option<String>,
+    /// The device descriptor as sent (JSON), kept for the dashboards' raw views.
+    pub device: Option<String>,
+}
+
+/// A stored event, as the tests and dashboards read it back.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StoredEvent {
+    pub id: i64,
+    pub received_at: String,
+    pub kind: String,
+    pub game: String,
+    pub engine: Option<String>,
+    pub version: Option<String>,
+    pub outcome: Option<String>,
+    pub reason: Option<String>,
+    pub ms: Option<f64>,
+    pub device_class: Option<String>,
+}
+
+impl Db {
+    /// Indexes a published build's engine files: each distinct file once (the first build
+    /// that brought it is kept), and this build's reference to it.
+    pub async fn record_library(
+        &self,
+        build_id: &str,
+        game: &str,
+        files: &[LibraryFile],
+    ) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        let at = now();
+        for f in files {
+            sqlx::query(
+                "INSERT INTO library_entries (sha256, engine, version, size, object_key, \
+                 first_build_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (sha256) DO NOTHING",
+            )
+            .bind(&f.sha256)
+            .bind(&f.engine)
+            .bind(&f.version)
+            .bind(f.size)
+            .bind(&f.object_key)
+            .bind(build_id)
+            .bind(&at)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO library_refs (sha256, build_id, game, path) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (sha256, build_id, path) DO NOTHING",
+            )
+            .bind(&f.sha256)
+            .bind(build_id)
+            .bind(game)
+            .bind(&f.path)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every entry, biggest first, with reuse counts and telemetry outcomes (matched by
+    /// engine and version: what the loader reports).
+    pub async fn library(&self) -> Result<Vec<LibraryRow>, DbError> {
+        let rows = sqlx::query(
+            "SELECT e.sha256, e.engine, e.version, e.size, e.object_key, e.first_build_id, \
+             e.created_at, \
+             (SELECT COUNT(DISTINCT r.game) FROM library_refs r WHERE r.sha256 = e.sha256), \
+             (SELECT COUNT(DISTINCT r.build_id) FROM library_refs r WHERE r.sha256 = e.sha256), \
+             (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
+                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'hit'), \
+             (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
+                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'miss'), \
+             (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
+                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'fallback') \
+             FROM library_entries e ORDER BY e.size DESC, e.sha256",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| LibraryRow {
+                sha256: r.get(0),
+                engine: r.get(1),
+                version: r.get(2),
+                size: r.get(3),
+                object_key: r.get(4),
+                first_build_id: r.get(5),
+                created_at: r.get(6),
+                games: r.get(7),
+                builds: r.get(8),
+                hits: r.get(9),
+                misses: r.get(10),
+                fallbacks: r.get(11),
+            })
+            .collect())
+    }
+
+    /// Games whose live release carries the entry: while there is one, it must stay.
+    pub async fn live_games_using(&self, sha256: &str) -> Result<Vec<String>, DbError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT rel.game FROM releases rel \
+             JOIN library_refs r ON r.build_id = rel.build_id \
+             WHERE r.sha256 = $1 \
+             AND rel.sequence = (SELECT MAX(sequence) FROM releases WHERE game = rel.game) \
+             ORDER BY rel.game",
+        )
+        .bind(sha256)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    /// The entry's object key, if the entry exists.
+    pub async fn library_object(&self, sha256: &str) -> Result<Option<String>, DbError> {
+        Ok(
+            sqlx::query("SELECT object_key FROM library_entries WHERE sha256 = $1")
+                .bind(sha256)
+                .fetch_optional(&self.pool)
+                .await?
+                .map(|r| r.get::<String, _>(0)),
+        )
+    }
+
+    pub async fn delete_library_entry(&self, sha256: &str) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM library_refs WHERE sha256 = $1")
+            .bind(sha256)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM library_entries WHERE sha256 = $1")
+            .bind(sha256)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    // ---- telemetry ----
+
+    pub async fn insert_telemetry(&self, events: &[TelemetryEvent]) -> Result<(), DbError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        let at = now();
+        for e in events {
+            sqlx::query(
+                "INSERT INTO telemetry_events (received_at, kind, game, engine, version, outcome, \
+                 reason, ms, prewarmed, device_class, device) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(&at)
+            .bind(&e.kind)
+            .bind(&e.game)
+            .bind(&e.engine)
+            .bind(&e.version)
+            .bind(&e.outcome)
+            .bind(&e.reason)
+            .bind(e.ms)
+            .bind(e.prewarmed.map(i64::from))
+            .bind(&e.device_class)
+            .bind(&e.device)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A game's events, oldest first.
+    pub async fn telemetry_for_game(&self, game: &str) -> Result<Vec<StoredEvent>, DbError> {
+        let rows = sqlx::query(
+            "SELECT id, received_at, kind, game, engine, version, outcome, reason, ms, device_class \
+             FROM telemetry_events WHERE game = $1 ORDER BY id",
+        )
+        .bind(game)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| StoredEvent {
+                id: r.get(0),
+                received_at: r.get(1),
+                kind: r.get(2),
+                game: r.get(3),
+                engine: r.get(4),
+                version: r.get(5),
+                outcome: r.get(6),
+                reason: r.get(7),
+                ms: r.get(8),
+                device_class: r.get(9),
+            })
+            .collect())
+    }
+}

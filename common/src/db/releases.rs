@@ -1,0 +1,213 @@
+//! Releases: every signed manifest a game has served, with its sequence and expiry. The
+//! live one is the highest sequence; a new release (publish, re-point, re-sign) only ever
+//! adds a higher one, so clients can refuse to go back.
+
+use sqlx::Row;
+
+use super::{Db, DbError, now};
+
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct ReleaseRow {
+    pub game: String,
+    pub sequence: i64,
+    pub build_id: String,
+    pub manifest_key: String,
+    pub sha256: String,
+    pub kid: String,
+    pub signature: String,
+    pub expires_at: String,
+    /// `publish`, `release` (re-pointed by a team) or `resign` (before expiry).
+    pub reason: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct ReleaseRequestRow {
+    pub id: String,
+    pub game: String,
+    pub build_id: String,
+    /// `pending`, `signing`, `done` or `failed`.
+    pub status: String,
+    pub sequence: Option<i64>,
+    pub error: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+const RELEASE_COLUMNS: &str = "game, sequence, build_id, manifest_key, sha256, kid, signature, \
+    expires_at, reason, created_at";
+const REQUEST_COLUMNS: &str = "id, game, build_id, status, sequence, error, created_at, updated_at";
+
+impl Db {
+    /// The game's live release: its highest sequence.
+    pub async fn live_release(&self, game: &str) -> Result<Option<ReleaseRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases WHERE game = $1 \
+             ORDER BY sequence DESC LIMIT 1"
+        )))
+        .bind(game)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Newest first.
+    pub async fn releases(&self, game: &str, limit: i64) -> Result<Vec<ReleaseRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases WHERE game = $1 \
+             ORDER BY sequence DESC LIMIT $2"
+        )))
+        .bind(game)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The release a build's publication made, if it was made.
+    pub async fn publish_release(&self, build_id: &str) -> Result<Option<ReleaseRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases WHERE build_id = $1 AND reason = 'publish' \
+             ORDER BY sequence LIMIT 1"
+        )))
+        .bind(build_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// The sequence the next release of `game` takes.
+    pub async fn next_sequence(&self, game: &str) -> Result<i64, DbError> {
+        let row = sqlx::query("SELECT MAX(sequence) FROM releases WHERE game = $1")
+            .bind(game)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.get::<Option<i64>, _>(0).unwrap_or(0) + 1)
+    }
+
+    /// Adds a release and makes its build the game's live one. `false` when another writer
+    /// took that sequence first (sign again with the next one).
+    pub async fn insert_release(&self, r: &ReleaseRow) -> Result<bool, DbError> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO releases ({RELEASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (game, sequence) DO NOTHING"
+        )))
+        .bind(&r.game)
+        .bind(r.sequence)
+        .bind(&r.build_id)
+        .bind(&r.manifest_key)
+        .bind(&r.sha256)
+        .bind(&r.kid)
+        .bind(&r.signature)
+        .bind(&r.expires_at)
+        .bind(&r.reason)
+        .bind(&r.created_at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !inserted {
+            return Ok(false);
+        }
+        sqlx::query("UPDATE games SET live_build_id = $1 WHERE name = $2")
+            .bind(&r.build_id)
+            .bind(&r.game)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Every game's live release that expires before `before` (due for a re-sign).
+    pub async fn releases_expiring(&self, before: &str) -> Result<Vec<ReleaseRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases r WHERE r.expires_at < $1 \
+             AND r.sequence = (SELECT MAX(sequence) FROM releases WHERE game = r.game)"
+        )))
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    // ---- release requests (the API asks, a worker signs) ----
+
+    pub async fn create_release_request(
+        &self,
+        id: &str,
+        game: &str,
+        build_id: &str,
+    ) -> Result<(), DbError> {
+        let at = now();
+        sqlx::query(
+            "INSERT INTO release_requests (id, game, build_id, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, 'pending', $4, $4)",
+        )
+        .bind(id)
+        .bind(game)
+        .bind(build_id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn release_request(&self, id: &str) -> Result<Option<ReleaseRequestRow>, DbError> {
+        Ok(
+            sqlx::query_as::<_, ReleaseRequestRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {REQUEST_COLUMNS} FROM release_requests WHERE id = $1"
+            )))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?,
+        )
+    }
+
+    /// Oldest first.
+    pub async fn pending_release_requests(&self) -> Result<Vec<ReleaseRequestRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRequestRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {REQUEST_COLUMNS} FROM release_requests WHERE status IN ('pending', 'signing') \
+             ORDER BY created_at, id LIMIT 100"
+        )))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Takes a pending request (or one a crashed worker took over a minute ago). `false`:
+    /// another worker has it.
+    pub async fn claim_release_request(&self, id: &str) -> Result<bool, DbError> {
+        let stale = (chrono::Utc::now() - chrono::Duration::seconds(60))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        Ok(sqlx::query(
+            "UPDATE release_requests SET status = 'signing', updated_at = $1 \
+             WHERE id = $2 AND (status = 'pending' OR (status = 'signing' AND updated_at < $3))",
+        )
+        .bind(now())
+        .bind(id)
+        .bind(stale)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    pub async fn finish_release_request(
+        &self,
+        id: &str,
+        outcome: Result<i64, &str>,
+    ) -> Result<(), DbError> {
+        let (status, sequence, error) = match outcome {
+            Ok(sequence) => ("done", Some(sequence), None),
+            Err(e) => ("failed", None, Some(e)),
+        };
+        sqlx::query(
+            "UPDATE release_requests SET status = $1, sequence = $2, error = $3, updated_at = $4 \
+             WHERE id = $5 AND status = 'signing'",
+        )
+        .bind(status)
+        .bind(sequence)
+        .bind(error)
+        .bind(now())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}

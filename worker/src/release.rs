@@ -1,0 +1,176 @@
+//! Releases: the signed manifests a game serves, each with the game's next `sequence` and an
+//! `expires` time (rollback and freeze protection, checked by the loader).
+//!
+//! Job layer: only the worker holds the signing key, so it signs every release — on publish,
+//! when the API was asked to re-point a game (`release_requests`), and again for every live
+//! release past half its lifetime.
+
+use std::time::Duration;
+
+use kiln_common::db::{DbError, ReleaseRow};
+use kiln_common::manifest::Manifest;
+use kiln_common::storage::StorageError;
+
+use crate::job::JobContext;
+use crate::stages::sign;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Why a release was made, as stored and reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Publish,
+    Release,
+    Resign,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Publish => "publish",
+            Self::Release => "release",
+            Self::Resign => "resign",
+        }
+    }
+}
+
+/// Signs `build_manifest` as the game's next release, stores it and makes it live. Two
+/// writers racing for one sequence: the loser signs again with the next.
+pub async fn release(
+    context: &JobContext,
+    build_manifest: &Manifest,
+    reason: Reason,
+) -> Result<ReleaseRow, ReleaseError> {
+    let game = &build_manifest.game;
+    for _ in 0..8 {
+        let sequence = context.db.next_sequence(game).await?;
+        let expires = expiry(context.manifest_ttl);
+        let signed = sign::release(build_manifest, sequence as u64, &expires, &context.signer);
+        context
+            .storage
+            .put_bytes(&signed.key, signed.bytes.clone().into())
+            .await?;
+        let row = ReleaseRow {
+            game: game.clone(),
+            sequence,
+            build_id: build_manifest.build_id.clone(),
+            manifest_key: signed.key.clone(),
+            sha256: signed.sha256.clone(),
+            kid: signed.signature.kid.clone(),
+            signature: base64_signature(&signed.signature.signature),
+            expires_at: expires,
+            reason: reason.as_str().into(),
+            created_at: kiln_common::db::now(),
+        };
+        if context.db.insert_release(&row).await? {
+            tracing::info!(game = %game, sequence, build_id = %row.build_id, reason = reason.as_str(), "release signed");
+            return Ok(row);
+        }
+    }
+    Err(ReleaseError::Refused(format!(
+        "could not take a sequence number for {game} (too many concurrent releases)"
+    )))
+}
+
+/// A build's own (unreleased) manifest, from the store.
+async fn build_manifest(context: &JobContext, build_id: &str) -> Result<Manifest, ReleaseError> {
+    let Some(row) = context
+        .db
+        .manifests_for_build(build_id)
+        .await?
+        .into_iter()
+        .next()
+    else {
+        return Err(ReleaseError::Refused(format!(
+            "build {build_id} has not been published"
+        )));
+    };
+    let bytes = context.storage.get_bytes(&row.manifest_key).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ReleaseError::Refused(format!("stored manifest of {build_id}: {e}")))
+}
+
+/// Signs what the API was asked for, then (with `resign`) re-signs live releases past half
+/// their lifetime.
+pub async fn tick(context: &JobContext, resign: bool) -> Result<(), ReleaseError> {
+    for request in context.db.pending_release_requests().await? {
+        if !context.db.claim_release_request(&request.id).await? {
+            continue;
+        }
+        let outcome = match build_manifest(context, &request.build_id).await {
+            Ok(manifest) if manifest.game == request.game => {
+                release(context, &manifest, Reason::Release).await
+            }
+            Ok(manifest) => Err(ReleaseError::Refused(format!(
+                "build {} belongs to {}, not {}",
+                request.build_id, manifest.game, request.game
+            ))),
+            Err(e) => Err(e),
+        };
+        let result = match &outcome {
+            Ok(row) => Ok(row.sequence),
+            Err(e) => Err(e.to_string()),
+        };
+        context
+            .db
+            .finish_release_request(
+                &request.id,
+                result.as_ref().map(|s| *s).map_err(String::as_str),
+            )
+            .await?;
+    }
+    if !resign {
+        return Ok(());
+    }
+    let half_life = context.manifest_ttl / 2;
+    let due = chrono::Utc::now()
+        + chrono::Duration::from_std(half_life).unwrap_or(chrono::Duration::zero());
+    let due = due.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for live in context.db.releases_expiring(&due).await? {
+        let manifest = build_manifest(context, &live.build_id).await?;
+        release(context, &manifest, Reason::Resign).await?;
+    }
+    Ok(())
+}
+
+/// Runs [`tick`] until `shutdown`: release requests are answered within `poll`, re-signing
+/// is checked every `context.resign_interval`.
+pub async fn run(
+    context: std::sync::Arc<JobContext>,
+    poll: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut last_resign: Option<std::time::Instant> = None;
+    loop {
+        let resign = last_resign.is_none_or(|t| t.elapsed() >= context.resign_interval);
+        if resign {
+            last_resign = Some(std::time::Instant::now());
+        }
+        if let Err(e) = tick(&context, resign).await {
+            tracing::warn!(error = %e, "release signing failed; will retry");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+fn expiry(ttl: Duration) -> String {
+    let at =
+        chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::days(7));
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn base64_signature(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
