@@ -8,6 +8,11 @@
   var doc = typeof document !== 'undefined' && document && document.createElement ? document : null;
   var nav = G.navigator || {};
   var S = { keys: [], telemetry: null, game: null, timeoutMs: 10000 };
+  // Loaded from a Kiln (…/sdk/kiln-loader.js): beacons go to that Kiln unless configured.
+  var src = doc && doc.currentScript && doc.currentScript.src;
+  if (src && /\/sdk\/kiln-loader\.js([?#].*)?$/.test(src)) {
+    S.telemetry = src.replace(/\/sdk\/kiln-loader\.js([?#].*)?$/, '/v1/telemetry');
+  }
   var events = [], queue = [], loads = {}, reported = {}, known = {}, bootDesc = {}, demands = {};
   var pending = [], blobs = {}, marks = {}, markId = 0, dev = null, importFn, booted = false;
   var held = {}, holding = false, dclSeen = false, domWaiters = [];

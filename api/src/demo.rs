@@ -252,6 +252,38 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
     println!(
         "\n  the build as uploaded: {original} bytes; a player with brotli downloads {download} bytes"
     );
+    // The engine split: what a device that already holds the engine does not download.
+    let split = &report["stages"]["engines"];
+    for engine in manifest["engines"].as_array().into_iter().flatten() {
+        println!(
+            "  engine {} {} ({} bytes) → shared library: {}",
+            engine["name"].as_str().unwrap_or(""),
+            engine["version"].as_str().unwrap_or(""),
+            engine["size"],
+            engine["url"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(reduction) = split["package_reduction"].as_f64().filter(|r| *r > 0.0) {
+        let engine_br: u64 = manifest["engines"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                report["files"]
+                    .as_array()?
+                    .iter()
+                    .find(|f| f["path"] == e["path"])?["brotli_bytes"]
+                    .as_u64()
+            })
+            .sum();
+        println!(
+            "  main package −{:.2} % ({} of {} bytes are the engine); a player who holds it downloads {} bytes",
+            reduction * 100.0,
+            split["bytes_moved"],
+            split["build_bytes"],
+            download.saturating_sub(engine_br)
+        );
+    }
     println!("\nplay it:        {base}/play/{game}/");
     println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");
     println!("metrics:        {base}/metrics     API: {base}/v1/openapi.json");

@@ -5,10 +5,15 @@
 //
 // steps.json: [{"open": "<url>", "wait_for": "<JS expression>", "new_context": false,
 //               "run": "<optional JS expression evaluated after the page opens>",
+//               "eval": "<optional JS expression evaluated after wait_for; awaited; its
+//                        JSON value is the line's `result`>",
+//               "routes": [{"url": "<exact URL>", "status": 200, "headers": {...},
+//                           "body_base64": "..."}],   // answered instead of the network
 //               "timeout_ms": 15000}, ...]
 // All steps share one browser context (one Cache Storage, one localStorage) unless a step
 // says new_context. Each step prints one JSON line on stdout:
-//   {"url": ..., "events": kiln.events, "started": <wait_for became truthy>, "console_errors": [...]}
+//   {"url": ..., "events": kiln.events, "started": <wait_for became truthy>, "console_errors": [...],
+//    "result": <eval's value, when the step has one>}
 // Exit status: 0 when every step started, 1 when one did not, 2 on bad usage.
 // Chromium: /usr/bin/chromium, or KILN_CHROMIUM.
 //
@@ -34,6 +39,14 @@ export async function runSteps(steps, { timeoutMs = 15000, print = (line) => pro
       }
       const limit = step.timeout_ms ?? timeoutMs;
       const page = await ctx.newPage();
+      for (const route of step.routes ?? []) {
+        await page.route(route.url, (r) => r.fulfill({
+          status: route.status ?? 200,
+          headers: route.headers ?? {},
+          body: Buffer.from(route.body_base64 ?? '', 'base64'),
+        }));
+      }
+      let result;
       const errors = [];
       page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
       page.on('pageerror', (e) => errors.push(String(e?.message ?? e)));
@@ -43,6 +56,7 @@ export async function runSteps(steps, { timeoutMs = 15000, print = (line) => pro
         if (step.run) await page.evaluate(step.run);
         if (step.wait_for) await page.waitForFunction(step.wait_for, null, { timeout: limit, polling: 50 });
         started = true;
+        if (step.eval) result = await page.evaluate(step.eval);
       } catch (e) {
         errors.push(`e2e: ${String(e?.message ?? e).split('\n')[0]}`);
       }
@@ -51,6 +65,7 @@ export async function runSteps(steps, { timeoutMs = 15000, print = (line) => pro
         .evaluate(() => (globalThis.kiln && Array.isArray(globalThis.kiln.events) ? globalThis.kiln.events : []))
         .catch(() => []);
       const line = { url: step.open, events, started, console_errors: errors };
+      if (step.eval) line.result = result ?? null;
       results.push(line);
       print(JSON.stringify(line));
       // Leaving the page fires pagehide (the loader reports engines preheated but never used).

@@ -21,7 +21,12 @@ export function chromiumPath() {
 }
 
 export function launchChromium() {
-  return chromium.launch({ executablePath: chromiumPath(), headless: true, args: ['--no-sandbox'] });
+  // WebGL through SwiftShader, so real games (three.js) render headless too.
+  return chromium.launch({
+    executablePath: chromiumPath(),
+    headless: true,
+    args: ['--no-sandbox', '--use-angle=swiftshader', '--enable-unsafe-swiftshader', '--ignore-gpu-blocklist'],
+  });
 }
 
 export function sha256hex(bytes) {

@@ -1,0 +1,401 @@
+//! The engine library end to end, in headless Chromium (Debian `chromium` driven by
+//! `api/sdk/test/e2e.mjs`) against a running Kiln: two games with the same three.js build and a
+//! third with another version; a cold miss, a hit from the shared cache, a version mismatch; a
+//! tampered library object caught, never run, and the game started from its own copy; manifests
+//! with a bad signature, an unknown key, an older sequence or past their expiry rejected; and
+//! the telemetry the server stored equal to what the pages reported.
+//!
+//! Also runs the loader's own browser tests (`node --test api/sdk/test/`).
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::*;
+use kiln_common::signing::{ManifestSignature, ManifestSigner};
+use serde_json::{Value, json};
+
+fn sdk_dir() -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap();
+    let dir = repo_root().join("api/sdk");
+    if !dir
+        .join("node_modules/three-150/build/three.min.js")
+        .exists()
+    {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir)
+            .status()
+            .expect("npm installs the loader's test packages");
+        assert!(status.success());
+    }
+    dir
+}
+
+#[test]
+fn loader_browser_tests_pass() {
+    let dir = sdk_dir();
+    let output = Command::new("node")
+        .args(["--test", "test/"])
+        .current_dir(&dir)
+        .output()
+        .expect("node runs the loader tests");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: Vec<&str> = stdout.lines().filter(|l| l.starts_with("# ")).collect();
+    println!("{}", summary.join("\n"));
+    assert!(
+        output.status.success(),
+        "loader tests failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("# fail 0"), "{stdout}");
+}
+
+/// Runs the steps in one browser; one result per step.
+async fn browse(steps: Value) -> Vec<Value> {
+    let dir = sdk_dir();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(steps.to_string().as_bytes()).unwrap();
+    let path = file.path().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(dir.join("test/e2e.mjs"))
+            .args(["--steps", path.to_str().unwrap(), "--timeout-ms", "60000"])
+            .output()
+            .expect("node runs e2e.mjs (is chromium installed?)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        steps.as_array().unwrap().len(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    lines
+}
+
+/// `outcome/reason` of each engine event a page reported.
+fn outcomes(line: &Value) -> Vec<String> {
+    line["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "preheat")
+        .map(|e| {
+            format!(
+                "{}/{}",
+                e["outcome"].as_str().unwrap(),
+                e["reason"].as_str().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+fn classic_game() -> Vec<u8> {
+    let three = std::fs::read(sdk_dir().join("node_modules/three-150/build/three.min.js")).unwrap();
+    zip_with(&[
+        (
+            "index.html",
+            br#"<!doctype html><html><head><meta charset="utf-8"><title>classic</title>
+<script src="lib/three.min.js"></script></head>
+<body><script src="game.js"></script></body></html>"#,
+        ),
+        ("lib/three.min.js", &three),
+        (
+            "game.js",
+            b"const scene = new THREE.Scene();\nscene.add(new THREE.Object3D());\nwindow.gameStarted = THREE.REVISION;\n",
+        ),
+    ])
+}
+
+/// A host page ("the container"): only the loader, no engine of its own.
+fn host_page() -> Vec<u8> {
+    zip_with(&[(
+        "index.html",
+        br#"<!doctype html><html><head><meta charset="utf-8"><script src="/sdk/kiln-loader.js"></script></head><body>host</body></html>"#,
+    )])
+}
+
+async fn publish(kiln: &Kiln, token: &str, game: &str, package: Vec<u8>) -> String {
+    let (code, accepted) = kiln
+        .upload(token, game, "1.0.0", "application/zip", package)
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    let status = kiln.wait_for_build(token, &id).await;
+    assert_eq!(status["status"], "published", "{status}");
+    id
+}
+
+fn route(url: &str, body: &[u8], signature: &str) -> Value {
+    json!({
+        "url": url,
+        "status": 200,
+        "headers": {"content-type": "application/json", "kiln-signature": signature, "cache-control": "no-store"},
+        "body_base64": base64::engine::general_purpose::STANDARD.encode(body),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn engine_library_in_a_real_browser() {
+    let kiln = Kiln::start(Deployment::Embedded).await;
+    let (_, token) = kiln.team("e2e").await;
+    let mut builds = Vec::new();
+    for (game, package) in [
+        ("shared-a", sample_package()),
+        ("shared-b", sample_package()),
+        ("classic-150", classic_game()),
+        ("host", host_page()),
+    ] {
+        builds.push((game, publish(&kiln, &token, game, package).await));
+    }
+    let url = kiln.url.clone();
+    let sample_started = "window.kiln && kiln.events.some(e => e.type === 'preheat') \
+        && document.getElementById('message').textContent === ''";
+
+    // One device: cold, then the shared cache, then another version.
+    let first = browse(json!([
+        {"open": format!("{url}/play/shared-a/"), "wait_for": sample_started},
+        {"open": format!("{url}/play/shared-b/"), "wait_for": sample_started},
+        {"open": format!("{url}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
+    ]))
+    .await;
+    for line in &first {
+        assert_eq!(line["started"], true, "{line}");
+    }
+    assert_eq!(outcomes(&first[0]), ["miss/cold"], "{}", first[0]);
+    assert_eq!(outcomes(&first[1]), ["hit/-"], "{}", first[1]);
+    assert_eq!(
+        outcomes(&first[2]),
+        ["miss/version_mismatch"],
+        "{}",
+        first[2]
+    );
+
+    // Bytes changed in storage: the library copy of three 0.150, in every encoding.
+    let classic: Value = kiln
+        .http
+        .get(format!("{url}/v1/games/classic-150/manifest"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let library_url = classic["engines"][0]["url"].as_str().unwrap();
+    let key = library_url.split("/cdn/").nth(1).unwrap();
+    let storage = &kiln.running.as_ref().unwrap().state.storage;
+    let original = storage.get_bytes(key).await.unwrap();
+    let text = String::from_utf8(original.to_vec()).unwrap();
+    // The revision constant, the first thing the build defines: a change a hash must catch.
+    assert!(text.contains(r#"const e="150""#));
+    let tampered = text
+        .replacen(r#"const e="150""#, r#"const e="666""#, 1)
+        .into_bytes();
+    assert_eq!(tampered.len(), original.len());
+    let mut br = Vec::new();
+    {
+        let mut w = brotli::CompressorWriter::new(&mut br, 4096, 5, 22);
+        w.write_all(&tampered).unwrap();
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tampered).unwrap();
+    storage
+        .put_bytes(key, tampered.clone().into())
+        .await
+        .unwrap();
+    storage
+        .put_bytes(&format!("{key}.br"), br.into())
+        .await
+        .unwrap();
+    storage
+        .put_bytes(&format!("{key}.gz"), gz.finish().unwrap().into())
+        .await
+        .unwrap();
+
+    // A re-release: the device will have seen sequence 2, so the signed sequence-1 release is a
+    // rollback.
+    let response = kiln
+        .http
+        .post(format!("{url}/v1/games/shared-a/releases"))
+        .bearer_auth(&token)
+        .json(&json!({"build_id": builds[0].1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    let releases = db.releases("shared-a", 10).await.unwrap();
+    assert_eq!(releases.len(), 2);
+    let (live, old) = (&releases[0], &releases[1]);
+    let header = |row: &kiln_common::db::ReleaseRow| {
+        ManifestSignature {
+            kid: row.kid.clone(),
+            signature: base64::engine::general_purpose::STANDARD
+                .decode(&row.signature)
+                .unwrap(),
+        }
+        .header_value()
+    };
+    let live_bytes = storage.get_bytes(&live.manifest_key).await.unwrap();
+    let old_bytes = storage.get_bytes(&old.manifest_key).await.unwrap();
+    let mut bad_signature = ManifestSignature::parse_header(&header(live)).unwrap();
+    bad_signature.signature[0] ^= 1;
+    // Signed with Kiln's own key, but expired.
+    let (signer, _) = ManifestSigner::load_or_generate(&kiln.config.signing_key_path()).unwrap();
+    let mut expired: Value = serde_json::from_slice(&live_bytes).unwrap();
+    expired["sequence"] = json!(99);
+    expired["expires"] = json!("2020-01-01T00:00:00Z");
+    let expired = serde_json::to_vec_pretty(&expired).unwrap();
+    let expired_signature = signer.sign(&expired).header_value();
+
+    let keys = kiln.jwks().await["keys"].clone();
+    let foreign = ManifestSigner::from_seed([9; 32]).public_jwk();
+    let manifest_a = format!("{url}/v1/games/shared-a/manifest");
+    let preheat = |keys: &Value| {
+        format!(
+            "kiln.preheat({manifest_a:?}, {{keys: {keys}}}).then(r => kiln.engine('three').then(() => ({{sequence: r.sequence, engines: r.engines.map(e => e.name + ' ' + e.version)}})), e => ({{rejected: e.reason}}))"
+        )
+    };
+    let host = format!("{url}/play/host/");
+    // A new device (fresh browser profile).
+    let second = browse(json!([
+        {"open": format!("{url}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
+        {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys)},
+        {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys),
+         "routes": [route(&manifest_a, &old_bytes, &header(old))]},
+        {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys),
+         "routes": [route(&manifest_a, &live_bytes, &bad_signature.header_value())]},
+        {"open": host, "wait_for": "window.kiln", "eval": preheat(&json!([foreign]))},
+        {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys),
+         "routes": [route(&manifest_a, &expired, &expired_signature)]},
+    ]))
+    .await;
+    // The tampered copy never ran: the game started on the build's own three.js (r150).
+    assert_eq!(second[0]["started"], true, "{}", second[0]);
+    assert_eq!(
+        outcomes(&second[0]),
+        ["fallback/integrity_failed"],
+        "{}",
+        second[0]
+    );
+    assert_eq!(
+        second[1]["result"],
+        json!({"sequence": 2, "engines": ["three 0.160"]}),
+        "{}",
+        second[1]
+    );
+    let rejected: Vec<&Value> = second[2..]
+        .iter()
+        .map(|l| &l["result"]["rejected"])
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            &json!("rollback"),
+            &json!("bad_signature"),
+            &json!("unknown_key"),
+            &json!("expired")
+        ],
+        "{second:?}"
+    );
+
+    // What the server stored is what the pages reported.
+    let mut reported: Vec<(String, String, String, String)> = Vec::new();
+    for line in first.iter().chain(&second) {
+        for e in line["events"].as_array().unwrap() {
+            reported.push((
+                e["game"].as_str().unwrap().to_string(),
+                e["type"].as_str().unwrap().to_string(),
+                e["outcome"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap_or("-").to_string(),
+            ));
+        }
+    }
+    reported.sort();
+    let games = ["shared-a", "shared-b", "classic-150"];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stored = loop {
+        let mut stored = Vec::new();
+        for game in games {
+            for e in db.telemetry_for_game(game).await.unwrap() {
+                stored.push((
+                    e.game,
+                    e.kind,
+                    e.outcome.unwrap_or_default(),
+                    e.reason.unwrap_or_else(|| "-".into()),
+                ));
+            }
+        }
+        stored.sort();
+        if stored.len() >= reported.len() || Instant::now() > deadline {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        stored, reported,
+        "stored telemetry = what the pages reported"
+    );
+
+    println!("\nstored telemetry, per game (hit / miss / fallback / manifest rejected):");
+    for game in games {
+        let count = |kind: &str, outcome: &str| {
+            stored
+                .iter()
+                .filter(|e| e.0 == game && e.1 == kind && e.2 == outcome)
+                .count()
+        };
+        let reasons: Vec<String> = stored
+            .iter()
+            .filter(|e| e.0 == game && e.3 != "-")
+            .map(|e| format!("{}/{}", e.2, e.3))
+            .collect();
+        println!(
+            "  {game:<12} {} / {} / {} / {}   {}",
+            count("preheat", "hit"),
+            count("preheat", "miss"),
+            count("preheat", "fallback"),
+            count("manifest", "rejected"),
+            reasons.join(", ")
+        );
+    }
+    println!("package reduction per build (engine bytes moved to the library / build bytes):");
+    for (game, build) in &builds {
+        let (_, report) = kiln
+            .get_json(&token, &format!("/v1/builds/{build}/report"))
+            .await;
+        let split = &report["stages"]["engines"];
+        println!(
+            "  {game:<12} {:>9} of {:>9} bytes  −{:.2} %",
+            split["bytes_moved"],
+            split["build_bytes"],
+            split["package_reduction"].as_f64().unwrap() * 100.0
+        );
+    }
+    let (_, library) = kiln.get_json(&token, "/v1/library").await;
+    for entry in library["entries"].as_array().unwrap() {
+        println!(
+            "  library {} {}: {} games, hits {} misses {} fallbacks {}, roi {:.2}",
+            entry["engine"],
+            entry["version"],
+            entry["games"],
+            entry["hits"],
+            entry["misses"],
+            entry["fallbacks"],
+            entry["roi"].as_f64().unwrap()
+        );
+    }
+    kiln.stop().await;
+}
