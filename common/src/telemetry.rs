@@ -192,7 +192,7 @@ mod tests {
     fn whole_batch_errors() {
         assert!(matches!(parse(b"nope", 10), Err(BatchError::NotJson(_))));
         assert_eq!(parse(br#"{"x":1}"#, 10), Err(BatchError::Shape));
-        let many = format!("{{\"events\":[{}]}}", vec!["{}"; 11].join(","));
+        let many = format!("{{\"events\":[{}]}}", ["{}"; 11].join(","));
         assert_eq!(parse(many.as_bytes(), 10), Err(BatchError::TooMany(11, 10)));
     }
 }

@@ -75,7 +75,7 @@ pub fn rewrite_page(
                     || is_module
                     || kind.contains("javascript")
                     || kind.contains("ecmascript");
-                if !runs_code && !(is_import_map && has_modules) {
+                if !(runs_code || is_import_map && has_modules) {
                     // JSON, templates: data, left alone.
                     return Ok(());
                 }
