@@ -210,6 +210,18 @@ impl From<DbError> for JobError {
     }
 }
 
+impl From<crate::release::ReleaseError> for JobError {
+    fn from(e: crate::release::ReleaseError) -> Self {
+        use crate::release::ReleaseError;
+        match e {
+            ReleaseError::Db(e) => e.into(),
+            ReleaseError::Storage(e) => e.into(),
+            // Only a run of lost sequence races: worth another attempt.
+            ReleaseError::Refused(reason) => Self::Transient(reason),
+        }
+    }
+}
+
 impl From<StorageError> for JobError {
     fn from(e: StorageError) -> Self {
         if e.is_transient() {
@@ -351,13 +363,7 @@ async fn build_in(
     db.record_library(&build.id, &build.game, &library).await?;
     // The release makes the build live; a resumed job finds the one it already made.
     if db.publish_release(&build.id).await?.is_none() {
-        crate::release::release(context, &signed.manifest, crate::release::Reason::Publish)
-            .await
-            .map_err(|e| match e {
-                crate::release::ReleaseError::Db(e) => JobError::from(e),
-                crate::release::ReleaseError::Storage(e) => JobError::from(e),
-                crate::release::ReleaseError::Refused(reason) => JobError::Transient(reason),
-            })?;
+        crate::release::release(context, &signed.manifest, crate::release::Reason::Publish).await?;
     }
     db.record_publication(
         &ManifestRow {
@@ -366,7 +372,7 @@ async fn build_in(
             manifest_key: signed.key.clone(),
             sha256: signed.sha256.clone(),
             kid: signed.signature.kid.clone(),
-            signature: base64_signature(&signed.signature.signature),
+            signature: crate::release::base64_signature(&signed.signature.signature),
             created_at: kiln_common::db::now(),
         },
         publish::NAME,
@@ -426,11 +432,6 @@ async fn save_report(
     let json = serde_json::to_string(report).map_err(|e| JobError::Permanent(e.to_string()))?;
     context.db.save_report(build_id, &json).await?;
     Ok(())
-}
-
-fn base64_signature(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 enum StageEvent {

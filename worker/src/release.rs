@@ -134,9 +134,17 @@ pub async fn tick(context: &JobContext, resign: bool) -> Result<(), ReleaseError
     let due = chrono::Utc::now()
         + chrono::Duration::from_std(half_life).unwrap_or(chrono::Duration::zero());
     let due = due.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    // One game's failure (its manifest unreadable, say) must not keep the others expiring.
     for live in context.db.releases_expiring(&due).await? {
-        let manifest = build_manifest(context, &live.build_id).await?;
-        release(context, &manifest, Reason::Resign).await?;
+        let resigned = match build_manifest(context, &live.build_id).await {
+            Ok(manifest) => release(context, &manifest, Reason::Resign)
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = resigned {
+            tracing::warn!(game = %live.game, sequence = live.sequence, error = %e, "could not re-sign the live release");
+        }
     }
     Ok(())
 }
@@ -170,7 +178,8 @@ fn expiry(ttl: Duration) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-fn base64_signature(bytes: &[u8]) -> String {
+/// A signature as the database stores it.
+pub(crate) fn base64_signature(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }

@@ -919,6 +919,14 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
             out.to_str().unwrap(),
         ])
         .args(["--key", key_file.to_str().unwrap()])
+        // The same game and URLs: rewritten pages name the game, the loader and the library.
+        .args([
+            "--game",
+            "crash-game",
+            "--cdn-base",
+            &format!("{}/cdn", kiln.url),
+        ])
+        .env("KILN_PUBLIC_URL", &kiln.url)
         .env("KILN_DATA_DIR", kiln.dir.path().join("cli-data"))
         .output()
         .unwrap();
