@@ -391,9 +391,10 @@ pub async fn telemetry_is_validated_and_limited(deployment: Deployment) {
         .unwrap();
     assert_eq!(preflight.status(), 204);
     assert_eq!(preflight.headers()["access-control-allow-origin"], "*");
-    // Six requests a minute from one client: the rest are refused.
+    // Six requests a minute from one client (four used above): the rest are refused. A token
+    // comes back every 10 s, so a slow machine may see one more get through.
     let mut codes = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..8 {
         codes.push(
             post("application/json", r#"{"events":[]}"#.into())
                 .await
@@ -402,10 +403,13 @@ pub async fn telemetry_is_validated_and_limited(deployment: Deployment) {
                 .as_u16(),
         );
     }
-    assert_eq!(
-        codes,
-        [202, 202, 429, 429],
-        "the limit counts every request"
+    let passed = codes.iter().filter(|c| **c == 202).count();
+    assert!(
+        (2..=3).contains(&passed),
+        "the limit counts every request: {codes:?}"
     );
+    assert_eq!(codes[..2], [202, 202], "{codes:?}");
+    assert_eq!(codes[7], 429, "{codes:?}");
+    assert!(codes.iter().all(|c| *c == 202 || *c == 429), "{codes:?}");
     kiln.stop().await;
 }
