@@ -242,6 +242,9 @@ pub struct TelemetryConfig {
     pub max_events: usize,
     /// Requests per minute one client (address) may send; bursts up to the same number.
     pub rate_per_minute: u32,
+    /// Behind a proxy or CDN: the request header that carries the client's address
+    /// (e.g. `x-real-ip`, `cf-connecting-ip`). Empty: the connection's peer address.
+    pub client_ip_header: String,
 }
 
 impl Default for TelemetryConfig {
@@ -250,6 +253,7 @@ impl Default for TelemetryConfig {
             max_body_bytes: 64 * 1024,
             max_events: 200,
             rate_per_minute: 600,
+            client_ip_header: String::new(),
         }
     }
 }
@@ -391,6 +395,9 @@ impl Config {
             }
             "KILN_TELEMETRY_MAX_BODY_BYTES" => self.telemetry.max_body_bytes = num()? as usize,
             "KILN_TELEMETRY_MAX_EVENTS" => self.telemetry.max_events = (num()? as usize).max(1),
+            "KILN_TELEMETRY_CLIENT_IP_HEADER" => {
+                self.telemetry.client_ip_header = value.to_ascii_lowercase()
+            }
             "KILN_TELEMETRY_RATE_PER_MINUTE" => {
                 self.telemetry.rate_per_minute = (num()? as u32).max(1)
             }

@@ -88,9 +88,17 @@ pub async fn ingest(
         cors(response.headers_mut());
         response
     };
+    // Behind a proxy every player has the proxy's address: its header names the client.
+    let client = Some(limits.client_ip_header.as_str())
+        .filter(|h| !h.is_empty())
+        .and_then(|h| headers.get(h))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next_back())
+        .and_then(|v| v.trim().parse::<IpAddr>().ok())
+        .unwrap_or(peer.ip());
     if !state
         .telemetry_limiter
-        .allow(peer.ip(), limits.rate_per_minute)
+        .allow(client, limits.rate_per_minute)
     {
         return Ok(with_cors(
             ApiError::new(

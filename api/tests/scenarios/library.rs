@@ -312,6 +312,7 @@ pub async fn telemetry_is_validated_and_limited(deployment: Deployment) {
     let kiln = Kiln::start_with(deployment, |c| {
         c.telemetry.rate_per_minute = 6;
         c.telemetry.max_body_bytes = 4096;
+        c.telemetry.client_ip_header = "x-real-ip".into();
     })
     .await;
     let post = |content_type: &'static str, body: String| {
@@ -403,6 +404,16 @@ pub async fn telemetry_is_validated_and_limited(deployment: Deployment) {
                 .as_u16(),
         );
     }
+    // Another client (named by the proxy's header) has its own allowance.
+    let other = kiln
+        .http
+        .post(format!("{}/v1/telemetry", kiln.url))
+        .header("x-real-ip", "203.0.113.7")
+        .body(r#"{"events":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 202);
     let passed = codes.iter().filter(|c| **c == 202).count();
     assert!(
         (2..=3).contains(&passed),
