@@ -80,7 +80,7 @@ pub async fn run_workers(
     // Releases are signed here too: only workers hold the key.
     handles.push(tokio::spawn(crate::release::run(
         context.clone(),
-        Duration::from_millis(250),
+        Duration::from_secs(1),
         shutdown.clone(),
     )));
     for n in 0..count {

@@ -105,6 +105,7 @@ impl Db {
         .rows_affected()
             == 1;
         if !inserted {
+            tx.rollback().await?;
             return Ok(false);
         }
         sqlx::query("UPDATE games SET live_build_id = $1 WHERE name = $2")
