@@ -95,3 +95,9 @@ async fn live_releases_are_resigned_before_expiry() {
 async fn telemetry_is_validated_and_limited() {
     scenarios::telemetry_is_validated_and_limited(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn library_entries_retire_when_no_live_release_needs_them() {
+    scenarios::library_entries_retire_when_no_live_release_needs_them(Distributed).await;
+}

@@ -424,3 +424,85 @@ pub async fn telemetry_is_validated_and_limited(deployment: Deployment) {
     assert!(codes.iter().all(|c| *c == 202 || *c == 429), "{codes:?}");
     kiln.stop().await;
 }
+
+/// An engine a team describes in its own rules file (no code), split like any other; its
+/// library entry can be removed once no game's live release carries it, not before.
+pub async fn library_entries_retire_when_no_live_release_needs_them(deployment: Deployment) {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules = rules_dir.path().join("engines.toml");
+    std::fs::write(
+        &rules,
+        r#"
+[[engine]]
+name = "toy-engine"
+global = "TOY"
+min_bytes = 64
+all = ["toy-engine: no WebGL context"]
+[[engine.version]]
+pattern = 'TOY_VERSION\s*=\s*"([0-9.]+)"'
+"#,
+    )
+    .unwrap();
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.library.rules_file = rules.display().to_string();
+    })
+    .await;
+    let (_, token) = kiln.team("retire").await;
+    let toy = br#"var TOY_VERSION = "2.4.1";
+window.TOY = { v: TOY_VERSION, start: function () { if (!window.WebGLRenderingContext) throw new Error("toy-engine: no WebGL context"); } };
+"#;
+    let with_engine = zip_with(&[
+        (
+            "index.html",
+            br#"<!doctype html><script src="toy.js"></script><script src="game.js"></script>"#,
+        ),
+        ("toy.js", toy),
+        ("game.js", b"window.started = TOY.v;"),
+    ]);
+    let without_engine = zip_with(&[
+        (
+            "index.html",
+            br#"<!doctype html><script src="game.js"></script>"#,
+        ),
+        ("game.js", b"window.started = 1;"),
+    ]);
+    publish(&kiln, &token, "retire-game", "1.0.0", with_engine).await;
+    let manifest = live_manifest(&kiln, "retire-game").await;
+    let engine = &manifest["engines"][0];
+    assert_eq!(
+        (engine["name"].as_str(), engine["version"].as_str()),
+        (Some("toy-engine"), Some("2.4.1")),
+        "{manifest}"
+    );
+    assert_eq!(engine["global"], "TOY");
+    let id = engine["sha256"].as_str().unwrap().to_string();
+    let library_url = engine["url"].as_str().unwrap().to_string();
+    let delete = || {
+        kiln.http
+            .delete(format!("{}/v1/library/{id}", kiln.url))
+            .bearer_auth(ADMIN)
+            .send()
+    };
+    let refused = delete().await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("retire-game"),
+        "{body}"
+    );
+
+    // The game's live release no longer carries it: the entry and its objects can go.
+    publish(&kiln, &token, "retire-game", "2.0.0", without_engine).await;
+    let live = live_manifest(&kiln, "retire-game").await;
+    assert!(live.get("engines").is_none(), "{live}");
+    assert_eq!(delete().await.unwrap().status(), 204);
+    let (_, library) = kiln.get_json(&token, "/v1/library").await;
+    assert_eq!(library["entries"], json!([]), "{library}");
+    let gone = kiln.http.get(&library_url).send().await.unwrap();
+    assert_eq!(gone.status(), 404);
+    assert_eq!(delete().await.unwrap().status(), 404);
+    kiln.stop().await;
+}
