@@ -19,21 +19,10 @@ use common::*;
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde_json::{Value, json};
 
+/// The loader's folder, its test packages (playwright-core, three 0.150) installed.
 fn sdk_dir() -> PathBuf {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap();
     let dir = repo_root().join("api/sdk");
-    if !dir
-        .join("node_modules/three-150/build/three.min.js")
-        .exists()
-    {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir)
-            .status()
-            .expect("npm installs the loader's test packages");
-        assert!(status.success());
-    }
+    npm_installed(&dir, "node_modules/three-150/build/three.min.js", "ci");
     dir
 }
 
@@ -127,17 +116,6 @@ fn host_page() -> Vec<u8> {
     )])
 }
 
-async fn publish(kiln: &Kiln, token: &str, game: &str, package: Vec<u8>) -> String {
-    let (code, accepted) = kiln
-        .upload(token, game, "1.0.0", "application/zip", package)
-        .await;
-    assert_eq!(code, 202, "{accepted}");
-    let id = accepted["build_id"].as_str().unwrap().to_string();
-    let status = kiln.wait_for_build(token, &id).await;
-    assert_eq!(status["status"], "published", "{status}");
-    id
-}
-
 fn route(url: &str, body: &[u8], signature: &str) -> Value {
     json!({
         "url": url,
@@ -158,7 +136,7 @@ async fn engine_library_in_a_real_browser() {
         ("classic-150", classic_game()),
         ("host", host_page()),
     ] {
-        builds.push((game, publish(&kiln, &token, game, package).await));
+        builds.push((game, kiln.publish(&token, game, "1.0.0", package).await));
     }
     let url = kiln.url.clone();
     let sample_started = "window.kiln && kiln.events.some(e => e.type === 'preheat') \
@@ -184,15 +162,9 @@ async fn engine_library_in_a_real_browser() {
     );
 
     // Bytes changed in storage: the library copy of three 0.150, in every encoding.
-    let classic: Value = kiln
-        .http
-        .get(format!("{url}/v1/games/classic-150/manifest"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, classic) = kiln
+        .get_json(&token, "/v1/games/classic-150/manifest")
+        .await;
     let library_url = classic["engines"][0]["url"].as_str().unwrap();
     let key = library_url.split("/cdn/").nth(1).unwrap();
     let storage = &kiln.running.as_ref().unwrap().state.storage;

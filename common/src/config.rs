@@ -349,6 +349,20 @@ impl Config {
                 .parse::<u64>()
                 .map_err(|_| bad("expected a whole number"))
         };
+        let positive = || {
+            value
+                .parse::<f64>()
+                .ok()
+                .filter(|v| *v > 0.0 && v.is_finite())
+                .ok_or_else(|| bad("expected a positive number"))
+        };
+        let non_negative = || {
+            value
+                .parse::<f64>()
+                .ok()
+                .filter(|v| *v >= 0.0 && v.is_finite())
+                .ok_or_else(|| bad("expected a number ≥ 0"))
+        };
         let flag = || match value {
             "1" | "true" | "yes" | "on" => Ok(true),
             "0" | "false" | "no" | "off" | "" => Ok(false),
@@ -386,13 +400,7 @@ impl Config {
             "KILN_ENGINE_RULES" => self.library.rules_file = value.into(),
             "KILN_MANIFEST_TTL_SECS" => self.library.manifest_ttl_secs = num()?.max(2),
             "KILN_RESIGN_INTERVAL_SECS" => self.library.resign_interval_secs = num()?.max(1),
-            "KILN_LIBRARY_MIN_ROI" => {
-                self.library.min_roi = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v >= 0.0 && v.is_finite())
-                    .ok_or_else(|| bad("expected a number ≥ 0"))?
-            }
+            "KILN_LIBRARY_MIN_ROI" => self.library.min_roi = non_negative()?,
             "KILN_TELEMETRY_MAX_BODY_BYTES" => self.telemetry.max_body_bytes = num()? as usize,
             "KILN_TELEMETRY_MAX_EVENTS" => self.telemetry.max_events = (num()? as usize).max(1),
             "KILN_TELEMETRY_CLIENT_IP_HEADER" => {
@@ -401,20 +409,8 @@ impl Config {
             "KILN_TELEMETRY_RATE_PER_MINUTE" => {
                 self.telemetry.rate_per_minute = (num()? as u32).max(1)
             }
-            "KILN_ANIMATION_TOLERANCE" => {
-                self.animation.tolerance = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v > 0.0 && v.is_finite())
-                    .ok_or_else(|| bad("expected a positive number"))?
-            }
-            "KILN_ANIMATION_TOLERANCE_ABS" => {
-                self.animation.tolerance_abs = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v >= 0.0 && v.is_finite())
-                    .ok_or_else(|| bad("expected a number ≥ 0"))?
-            }
+            "KILN_ANIMATION_TOLERANCE" => self.animation.tolerance = positive()?,
+            "KILN_ANIMATION_TOLERANCE_ABS" => self.animation.tolerance_abs = non_negative()?,
             "KILN_ANIMATION_ROTATION_BITS" => {
                 self.animation.rotation_bits = num()?.clamp(4, 16) as u32
             }
@@ -433,27 +429,9 @@ impl Config {
             }
             "KILN_VAT_ENCODING" => self.vat.encoding = value.into(),
             "KILN_VAT_MODE" => self.vat.mode = value.into(),
-            "KILN_VAT_FRAME_RATE" => {
-                self.vat.frame_rate = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v > 0.0 && v.is_finite())
-                    .ok_or_else(|| bad("expected a positive number"))?
-            }
-            "KILN_VAT_TOLERANCE" => {
-                self.vat.tolerance = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v > 0.0 && v.is_finite())
-                    .ok_or_else(|| bad("expected a positive number"))?
-            }
-            "KILN_VAT_TOLERANCE_ABS" => {
-                self.vat.tolerance_abs = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| *v >= 0.0 && v.is_finite())
-                    .ok_or_else(|| bad("expected a number ≥ 0"))?
-            }
+            "KILN_VAT_FRAME_RATE" => self.vat.frame_rate = positive()?,
+            "KILN_VAT_TOLERANCE" => self.vat.tolerance = positive()?,
+            "KILN_VAT_TOLERANCE_ABS" => self.vat.tolerance_abs = non_negative()?,
             "KILN_VAT_MAX_SIZE" => self.vat.max_size = num()? as u32,
             // Unknown KILN_ variables are ignored so that scripts may set their own.
             _ => {}

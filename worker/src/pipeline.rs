@@ -200,19 +200,15 @@ pub fn prepare(
                     format!("{cdn}/{key}")
                 })
                 .map_err(failed)?;
-            // Rewritten pages changed size: the inventory is taken again.
-            let inventory = if report.pages.is_empty() {
-                inventory
-            } else {
-                inventory::run(&tree)
-                    .map_err(|e| PipelineError {
-                        stage: engines::NAME,
-                        file: None,
-                        permanent: e.is_permanent(),
-                        reason: e.to_string(),
-                    })?
-                    .0
-            };
+            // Rewritten pages changed size; nothing else did.
+            let mut inventory = inventory;
+            for entry in &mut inventory.entries {
+                if report.pages.iter().any(|p| p.path == entry.path)
+                    && let Some(file) = tree.files.iter().find(|f| f.path == entry.path)
+                {
+                    entry.size = file.size;
+                }
+            }
             Ok((tree, report, inventory))
         })?;
     report.record(engines::NAME, &engines_report);

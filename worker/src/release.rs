@@ -115,16 +115,10 @@ pub async fn tick(context: &JobContext, resign: bool) -> Result<(), ReleaseError
             ))),
             Err(e) => Err(e),
         };
-        let result = match &outcome {
-            Ok(row) => Ok(row.sequence),
-            Err(e) => Err(e.to_string()),
-        };
+        let outcome = outcome.map(|row| row.sequence).map_err(|e| e.to_string());
         context
             .db
-            .finish_release_request(
-                &request.id,
-                result.as_ref().map(|s| *s).map_err(String::as_str),
-            )
+            .finish_release_request(&request.id, outcome)
             .await?;
     }
     if !resign {

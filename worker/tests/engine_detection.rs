@@ -3,22 +3,17 @@
 //! PlayCanvas, plus libraries that are not engines), judged against `tests/engines/corpus.json`.
 //! The page rewrite is checked on the sample game's real page.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use kiln_worker::stages::engines::{EngineRules, rules::is_module};
 use serde_json::Value;
+use support::npm_installed;
 
 fn corpus_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engines");
-    if !dir.join("node_modules/.package-lock.json").exists() {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir)
-            .status()
-            .expect("npm installs the engine corpus");
-        assert!(status.success(), "npm ci in {}", dir.display());
-    }
+    npm_installed(&dir, "node_modules/.package-lock.json", "ci");
     dir
 }
 
@@ -102,14 +97,7 @@ fn the_sample_games_page_gets_the_loader() {
     use kiln_worker::stages::{FileTree, TreeFile, inventory};
 
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game");
-    if !sample.join("vendor/three.module.min.js").exists() {
-        let status = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&sample)
-            .status()
-            .expect("npm installs the sample game's engine");
-        assert!(status.success());
-    }
+    npm_installed(&sample, "vendor/three.module.min.js", "install");
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     for path in ["game.js", "index.html", "vendor/three.module.min.js"] {

@@ -100,10 +100,8 @@ pub async fn create(
             ("done", Some(sequence)) => {
                 let release = state
                     .db
-                    .releases(&game, 50)
+                    .release(&game, sequence)
                     .await?
-                    .into_iter()
-                    .find(|r| r.sequence == sequence)
                     .ok_or_else(|| ApiError::unavailable("release vanished"))?;
                 return Ok((StatusCode::CREATED, Json(ReleaseView::from(release))).into_response());
             }

@@ -241,6 +241,24 @@ impl Kiln {
             .unwrap_or(0)
     }
 
+    /// Uploads a package and waits for it to be published; the build id.
+    pub async fn publish(
+        &self,
+        token: &str,
+        game: &str,
+        version: &str,
+        package: Vec<u8>,
+    ) -> String {
+        let (code, accepted) = self
+            .upload(token, game, version, "application/zip", package)
+            .await;
+        assert_eq!(code, 202, "{accepted}");
+        let id = accepted["build_id"].as_str().unwrap().to_string();
+        let status = self.wait_for_build(token, &id).await;
+        assert_eq!(status["status"], "published", "{status}");
+        id
+    }
+
     /// Polls the build until it is published or failed.
     pub async fn wait_for_build(&self, token: &str, build_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -274,23 +292,28 @@ impl Kiln {
 /// The sample game (three.js installed from npm by its `npm install`), zipped.
 pub fn sample_package() -> Vec<u8> {
     let dir = repo_root().join("examples/sample-game");
-    ensure_npm_install(&dir);
+    npm_installed(&dir, "vendor/three.module.min.js", "install");
     kiln_api::demo::package_dir(&dir).expect("package sample game")
 }
 
-/// Runs `npm install` once in `dir` if its vendor/ folder is missing.
-pub fn ensure_npm_install(dir: &Path) {
+/// Runs `npm <command>` (`install` or `ci`) once in `dir` unless `marker` (a file the install
+/// makes, relative to `dir`) is there.
+pub fn npm_installed(dir: &Path, marker: &str, command: &str) {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap();
-    if dir.join("vendor/three.module.min.js").exists() {
+    if dir.join(marker).exists() {
         return;
     }
     let status = std::process::Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .args([command, "--no-audit", "--no-fund", "--loglevel=error"])
         .current_dir(dir)
         .status()
-        .expect("npm is needed to install the sample game's engine");
-    assert!(status.success(), "npm install failed in {}", dir.display());
+        .expect("npm is needed to install the tests' packages");
+    assert!(
+        status.success(),
+        "npm {command} failed in {}",
+        dir.display()
+    );
 }
 
 /// A zip built entry by entry, including entries no honest tool would write.

@@ -8,17 +8,6 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-async fn publish(kiln: &Kiln, token: &str, game: &str, version: &str, package: Vec<u8>) -> String {
-    let (code, accepted) = kiln
-        .upload(token, game, version, "application/zip", package)
-        .await;
-    assert_eq!(code, 202, "{accepted}");
-    let id = accepted["build_id"].as_str().unwrap().to_string();
-    let status = kiln.wait_for_build(token, &id).await;
-    assert_eq!(status["status"], "published", "{status}");
-    id
-}
-
 /// The live manifest, checked against `/v1/keys`, parsed.
 async fn live_manifest(kiln: &Kiln, game: &str) -> Value {
     let response = kiln
@@ -57,8 +46,11 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     let kiln = Kiln::start(deployment).await;
     let (_, token_a) = kiln.team("lib-a").await;
     let (_, token_b) = kiln.team("lib-b").await;
-    let build_a = publish(&kiln, &token_a, "fox-a", "1.0.0", sample_package()).await;
-    publish(&kiln, &token_b, "fox-b", "1.0.0", sample_package()).await;
+    let build_a = kiln
+        .publish(&token_a, "fox-a", "1.0.0", sample_package())
+        .await;
+    kiln.publish(&token_b, "fox-b", "1.0.0", sample_package())
+        .await;
 
     let manifest_a = live_manifest(&kiln, "fox-a").await;
     let manifest_b = live_manifest(&kiln, "fox-b").await;
@@ -222,8 +214,12 @@ pub async fn releases_roll_back_with_a_higher_sequence(deployment: Deployment) {
     let kiln = Kiln::start(deployment).await;
     let (_, token) = kiln.team("rel").await;
     let (_, other) = kiln.team("rel-other").await;
-    let v1 = publish(&kiln, &token, "rel-game", "1.0.0", sample_package()).await;
-    let v2 = publish(&kiln, &token, "rel-game", "2.0.0", sample_package()).await;
+    let v1 = kiln
+        .publish(&token, "rel-game", "1.0.0", sample_package())
+        .await;
+    let v2 = kiln
+        .publish(&token, "rel-game", "2.0.0", sample_package())
+        .await;
     let live = live_manifest(&kiln, "rel-game").await;
     assert_eq!(
         (live["sequence"].as_i64(), live["build_id"].as_str()),
@@ -286,7 +282,9 @@ pub async fn live_releases_are_resigned_before_expiry(deployment: Deployment) {
     })
     .await;
     let (_, token) = kiln.team("resign").await;
-    let build = publish(&kiln, &token, "resign-game", "1.0.0", sample_package()).await;
+    let build = kiln
+        .publish(&token, "resign-game", "1.0.0", sample_package())
+        .await;
     let first = live_manifest(&kiln, "resign-game").await;
     assert!(expires_in(&first) <= chrono::TimeDelta::seconds(6));
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -466,7 +464,8 @@ window.TOY = { v: TOY_VERSION, start: function () { if (!window.WebGLRenderingCo
         ),
         ("game.js", b"window.started = 1;"),
     ]);
-    publish(&kiln, &token, "retire-game", "1.0.0", with_engine).await;
+    kiln.publish(&token, "retire-game", "1.0.0", with_engine)
+        .await;
     let manifest = live_manifest(&kiln, "retire-game").await;
     let engine = &manifest["engines"][0];
     assert_eq!(
@@ -495,7 +494,8 @@ window.TOY = { v: TOY_VERSION, start: function () { if (!window.WebGLRenderingCo
     );
 
     // The game's live release no longer carries it: the entry and its objects can go.
-    publish(&kiln, &token, "retire-game", "2.0.0", without_engine).await;
+    kiln.publish(&token, "retire-game", "2.0.0", without_engine)
+        .await;
     let live = live_manifest(&kiln, "retire-game").await;
     assert!(live.get("engines").is_none(), "{live}");
     assert_eq!(delete().await.unwrap().status(), 204);

@@ -16,7 +16,7 @@ pub struct LibraryFile {
 }
 
 /// One library entry with its reuse and what telemetry says it saved.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct LibraryRow {
     pub sha256: String,
     pub engine: String,
@@ -49,7 +49,7 @@ pub struct TelemetryEvent {
 }
 
 /// A stored event, as the tests and dashboards read it back.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct StoredEvent {
     pub id: i64,
     pub received_at: String,
@@ -107,38 +107,21 @@ impl Db {
     /// Every entry, biggest first, with reuse counts and telemetry outcomes (matched by
     /// engine and version: what the loader reports).
     pub async fn library(&self) -> Result<Vec<LibraryRow>, DbError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as::<_, LibraryRow>(
             "SELECT e.sha256, e.engine, e.version, e.size, e.object_key, e.first_build_id, \
              e.created_at, \
-             (SELECT COUNT(DISTINCT r.game) FROM library_refs r WHERE r.sha256 = e.sha256), \
-             (SELECT COUNT(DISTINCT r.build_id) FROM library_refs r WHERE r.sha256 = e.sha256), \
+             (SELECT COUNT(DISTINCT r.game) FROM library_refs r WHERE r.sha256 = e.sha256) AS games, \
+             (SELECT COUNT(DISTINCT r.build_id) FROM library_refs r WHERE r.sha256 = e.sha256) AS builds, \
              (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
-                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'hit'), \
+                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'hit') AS hits, \
              (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
-                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'miss'), \
+                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'miss') AS misses, \
              (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
-                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'fallback') \
+                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'fallback') AS fallbacks \
              FROM library_entries e ORDER BY e.size DESC, e.sha256",
         )
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|r| LibraryRow {
-                sha256: r.get(0),
-                engine: r.get(1),
-                version: r.get(2),
-                size: r.get(3),
-                object_key: r.get(4),
-                first_build_id: r.get(5),
-                created_at: r.get(6),
-                games: r.get(7),
-                builds: r.get(8),
-                hits: r.get(9),
-                misses: r.get(10),
-                fallbacks: r.get(11),
-            })
-            .collect())
+        .await?)
     }
 
     /// Games whose live release carries the entry: while there is one, it must stay.
@@ -215,27 +198,12 @@ impl Db {
 
     /// A game's events, oldest first.
     pub async fn telemetry_for_game(&self, game: &str) -> Result<Vec<StoredEvent>, DbError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as::<_, StoredEvent>(
             "SELECT id, received_at, kind, game, engine, version, outcome, reason, ms, device_class \
              FROM telemetry_events WHERE game = $1 ORDER BY id",
         )
         .bind(game)
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|r| StoredEvent {
-                id: r.get(0),
-                received_at: r.get(1),
-                kind: r.get(2),
-                game: r.get(3),
-                engine: r.get(4),
-                version: r.get(5),
-                outcome: r.get(6),
-                reason: r.get(7),
-                ms: r.get(8),
-                device_class: r.get(9),
-            })
-            .collect())
+        .await?)
     }
 }

@@ -62,6 +62,16 @@ impl Db {
         .await?)
     }
 
+    pub async fn release(&self, game: &str, sequence: i64) -> Result<Option<ReleaseRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases WHERE game = $1 AND sequence = $2"
+        )))
+        .bind(game)
+        .bind(sequence)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// The release a build's publication made, if it was made.
     pub async fn publish_release(&self, build_id: &str) -> Result<Option<ReleaseRow>, DbError> {
         Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
@@ -192,7 +202,7 @@ impl Db {
     pub async fn finish_release_request(
         &self,
         id: &str,
-        outcome: Result<i64, &str>,
+        outcome: Result<i64, String>,
     ) -> Result<(), DbError> {
         let (status, sequence, error) = match outcome {
             Ok(sequence) => ("done", Some(sequence), None),

@@ -54,42 +54,34 @@ pub fn plan(
 ) -> PublishPlan {
     let mut seen = BTreeSet::new();
     let mut objects = Vec::new();
-    for engine in engines {
-        let Some(output) = outputs.iter().find(|o| o.path == engine.path) else {
-            continue;
-        };
-        if seen.insert(engine.library_key.clone()) {
-            objects.push(Upload {
-                key: engine.library_key.clone(),
-                size: output.size,
-                source: UploadSource::File(output.source.clone()),
-            });
-            for form in &output.encodings {
+    // An output's bytes and compressed forms under `key` (its own, or its library key).
+    let mut add = |key: &str, output: &OutputFile| {
+        let forms = output.encodings.iter().map(|form| {
+            (
+                kiln_common::keys::encoded_key(key, form.encoding),
+                form.size,
+                &form.source,
+            )
+        });
+        for (key, size, source) in
+            std::iter::once((key.to_string(), output.size, &output.source)).chain(forms)
+        {
+            if seen.insert(key.clone()) {
                 objects.push(Upload {
-                    key: kiln_common::keys::encoded_key(&engine.library_key, form.encoding),
-                    size: form.size,
-                    source: UploadSource::File(form.source.clone()),
+                    key,
+                    size,
+                    source: UploadSource::File(source.clone()),
                 });
             }
+        }
+    };
+    for engine in engines {
+        if let Some(output) = outputs.iter().find(|o| o.path == engine.path) {
+            add(&engine.library_key, output);
         }
     }
     for output in outputs {
-        if seen.insert(output.key.clone()) {
-            objects.push(Upload {
-                key: output.key.clone(),
-                size: output.size,
-                source: UploadSource::File(output.source.clone()),
-            });
-        }
-        for form in &output.encodings {
-            if seen.insert(form.key.clone()) {
-                objects.push(Upload {
-                    key: form.key.clone(),
-                    size: form.size,
-                    source: UploadSource::File(form.source.clone()),
-                });
-            }
-        }
+        add(&output.key, output);
     }
     PublishPlan {
         objects,

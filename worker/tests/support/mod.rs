@@ -6,17 +6,28 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Runs `npm <command>` (`install` or `ci`) in `dir` unless `marker` (a file the install
+/// makes, relative to `dir`) is there.
+pub fn npm_installed(dir: &Path, marker: &str, command: &str) {
+    if dir.join(marker).exists() {
+        return;
+    }
+    let status = Command::new("npm")
+        .args([command, "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(dir)
+        .status()
+        .expect("npm installs the tests' packages");
+    assert!(
+        status.success(),
+        "npm {command} failed in {}",
+        dir.display()
+    );
+}
+
 /// The gltf-check folder, its npm packages installed.
 pub fn gltf_check() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gltf-check");
-    if !dir.join("node_modules/gltf-validator").exists() {
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir)
-            .status()
-            .expect("npm installs the glTF checkers");
-        assert!(status.success());
-    }
+    npm_installed(&dir, "node_modules/gltf-validator", "ci");
     dir
 }
 

@@ -59,9 +59,8 @@ pub fn rewrite_page(
     engines: &[BootEngine],
     links: &BootLinks,
 ) -> Result<Option<(String, PageRewrite)>, String> {
-    let has_modules = engines.iter().any(|e| e.module);
+    let module_engines: Vec<&BootEngine> = engines.iter().filter(|e| e.module).collect();
     let state = RefCell::new(State::default());
-    let boot_for = |used: &[&BootEngine]| boot_html(links, used);
     let output = rewrite_str(
         html,
         RewriteStrSettings {
@@ -75,7 +74,7 @@ pub fn rewrite_page(
                     || is_module
                     || kind.contains("javascript")
                     || kind.contains("ecmascript");
-                if !(runs_code || is_import_map && has_modules) {
+                if !(runs_code || is_import_map && !module_engines.is_empty()) {
                     // JSON, templates: data, left alone.
                     return Ok(());
                 }
@@ -84,16 +83,13 @@ pub fn rewrite_page(
                     engines.iter().find(|e| e.build_path == target && !e.module)
                 });
                 if let Some(engine) = engine {
-                    if !state.loader_inserted {
-                        let module_engines: Vec<&BootEngine> =
-                            engines.iter().filter(|e| e.module).collect();
-                        let mut used = vec![engine];
-                        used.extend(module_engines);
-                        el.before(&boot_for(&used), ContentType::Html);
-                        state.loader_inserted = true;
-                        state.used.extend(used.iter().map(|e| e.build_path.clone()));
+                    if state.used.is_empty() {
+                        let used: Vec<&BootEngine> = std::iter::once(engine)
+                            .chain(module_engines.iter().copied())
+                            .collect();
+                        el.before(&state.start(&used, links), ContentType::Html);
                     } else {
-                        // A second classic engine on the page: it joins the boot list.
+                        // A second classic engine on the page: refused below.
                         state.late_engines.push(engine.build_path.clone());
                     }
                     el.remove();
@@ -102,13 +98,13 @@ pub fn rewrite_page(
                 // A module engine is imported, through the page's import map or by path: the
                 // loader takes over the import map (pointing the engine's entry at the
                 // verified copy) and every module script waits for it.
-                if (is_module || is_import_map) && has_modules && !state.loader_inserted {
-                    let used: Vec<&BootEngine> = engines.iter().filter(|e| e.module).collect();
-                    el.before(&boot_for(&used), ContentType::Html);
-                    state.loader_inserted = true;
-                    state.used.extend(used.iter().map(|e| e.build_path.clone()));
+                if (is_module || is_import_map)
+                    && !module_engines.is_empty()
+                    && state.used.is_empty()
+                {
+                    el.before(&state.start(&module_engines, links), ContentType::Html);
                 }
-                if state.loader_inserted {
+                if !state.used.is_empty() {
                     if !kind.is_empty() {
                         el.set_attribute("data-kiln-type", &kind)?;
                     }
@@ -122,7 +118,7 @@ pub fn rewrite_page(
     )
     .map_err(|e| format!("{page_path}: {e}"))?;
     let state = state.into_inner();
-    if !state.loader_inserted {
+    if state.used.is_empty() {
         return Ok(None);
     }
     if !state.late_engines.is_empty() {
@@ -142,10 +138,18 @@ pub fn rewrite_page(
 
 #[derive(Default)]
 struct State {
-    loader_inserted: bool,
+    /// Engines the loader boots (build paths); empty until the loader is inserted.
     used: Vec<String>,
     late_engines: Vec<String>,
     deferred: usize,
+}
+
+impl State {
+    /// Records the engines the page boots; returns the loader and boot call to insert.
+    fn start(&mut self, used: &[&BootEngine], links: &BootLinks) -> String {
+        self.used = used.iter().map(|e| e.build_path.clone()).collect();
+        boot_html(links, used)
+    }
 }
 
 fn boot_html(links: &BootLinks, engines: &[&BootEngine]) -> String {
