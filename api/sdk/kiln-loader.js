@@ -4,17 +4,19 @@
   'use strict';
   if (!G || (G.kiln && G.kiln.version)) return;
 
-  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', INDEX_MAX = 64;
+  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', KCLASS = 'kiln:class', INDEX_MAX = 64;
+  var CLASS = /^(ios-high|ios-low|android-high|android-mid|android-low|desktop|unknown)$/;
+  var DESC = ['os', 'os_version', 'runtime', 'model', 'memory', 'cores'];
   var doc = typeof document !== 'undefined' && document && document.createElement ? document : null;
   var nav = G.navigator || {};
-  var S = { keys: [], telemetry: null, game: null, timeoutMs: 10000 };
+  var S = { keys: [], telemetry: null, game: null, timeoutMs: 10000, decoderTimeoutMs: 5000, deviceClass: null, device: null };
   // Loaded from a Kiln (…/sdk/kiln-loader.js): beacons go to that Kiln unless configured.
   var src = doc && doc.currentScript && doc.currentScript.src;
   if (src && /\/sdk\/kiln-loader\.js([?#].*)?$/.test(src)) {
     S.telemetry = src.replace(/\/sdk\/kiln-loader\.js([?#].*)?$/, '/v1/telemetry');
   }
   var events = [], queue = [], loads = {}, reported = {}, known = {}, bootDesc = {}, demands = {};
-  var pending = [], blobs = {}, marks = {}, markId = 0, dev = null, importFn, booted = false;
+  var pending = [], blobs = {}, marks = {}, markId = 0, dev = null, srvClass = null, models = {}, simd, importFn, booted = false;
   var held = {}, holding = false, dclSeen = false, domWaiters = [];
   var readyDone, readyFail;
   var ready = new Promise(function (y, n) { readyDone = y; readyFail = n; });
@@ -22,6 +24,7 @@
 
   function noop() {}
   function now() { return G.performance && G.performance.now ? G.performance.now() : Date.now(); }
+  function r1(ms) { return Math.round(ms * 10) / 10; }
   function fail(reason, message) { var e = new Error('kiln: ' + message); e.reason = reason; return e; }
   function why(e, dflt) { return (e && e.reason) || dflt || 'error'; }
   function subtle() { return G.crypto && G.crypto.subtle && G.crypto.subtle.digest ? G.crypto.subtle : null; }
@@ -29,8 +32,12 @@
   function assign(to, from) { for (var k in from) if (from[k] != null) to[k] = from[k]; return to; }
 
   // ---- storage (localStorage may be missing or throw) ----
-  function stored(key) { try { return JSON.parse(G.localStorage.getItem(key)); } catch (e) { return null; } }
-  function save(key, v) { try { G.localStorage.setItem(key, JSON.stringify(v)); } catch (e) { /* full or blocked */ } }
+  function item(key, v) {
+    try { if (v === undefined) return G.localStorage.getItem(key); G.localStorage.setItem(key, v); } catch (e) { /* full or blocked */ }
+    return null;
+  }
+  function stored(key) { try { return JSON.parse(item(key)); } catch (e) { return null; } }
+  function save(key, v) { item(key, JSON.stringify(v)); }
 
   // ---- bytes ----
   var B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
@@ -115,6 +122,9 @@
       G.fetch(url, { method: 'POST', body: body, keepalive: true, headers: { 'content-type': 'text/plain' } }).catch(noop);
     } catch (e) { /* no transport: the events stay in kiln.events */ }
   }
+  function cls(c) { return typeof c === 'string' && CLASS.test(c) ? c : null; }
+  // The class to ask the server for: forced, else what the server said (this page or before).
+  function knownClass() { return S.deviceClass || srvClass || cls(item(KCLASS)); }
   function device() {
     if (dev) return dev;
     var ua = String(nav.userAgent || ''), os = 'other', ver = null, model = null, m;
@@ -134,13 +144,6 @@
     else if (/CrOS/.test(ua)) os = 'chromeos';
     else if (/Linux/.test(ua)) os = 'linux';
     if (m) ver = m[2] !== undefined ? m[1] + '.' + m[2] : m[1];
-    var major = parseInt(ver, 10) || 0, cls = 'desktop';
-    if (os === 'ios') cls = major >= 16 && !(cores && cores < 4) ? 'ios-high' : 'ios-low';
-    else if (os === 'android' || os === 'harmonyos') {
-      if (mem) cls = mem >= 8 ? 'android-high' : mem >= 4 ? 'android-mid' : 'android-low';
-      else cls = cores && cores <= 4 ? 'android-low' : 'android-mid';
-      if (os === 'android' && major && major < 9) cls = 'android-low';
-    }
     var rt = !doc ? (G.wx ? 'wechat-minigame' : G.tt ? 'bytedance-minigame' : 'minigame')
       : /MicroMessenger/i.test(ua) ? 'wechat'
       : /FBAN|FBAV/.test(ua) ? 'facebook'
@@ -154,14 +157,26 @@
       : /Chrome\//.test(ua) ? 'chrome'
       : os === 'ios' && !/Safari\//.test(ua) ? 'ios-webview'
       : /Safari\//.test(ua) ? 'safari' : 'other';
-    dev = { 'class': cls, os: os, os_version: ver, runtime: rt, model: model, memory: mem, cores: cores };
-    return dev;
+    var d = { 'class': null, os: os, os_version: ver, runtime: rt, model: model, memory: mem, cores: cores }, h = S.device || {};
+    // A host's descriptor (mini-game system info) beats what the user agent says.
+    DESC.forEach(function (k) { if (h[k] != null) d[k] = h[k]; });
+    os = String(d.os).toLowerCase(); mem = d.memory; cores = d.cores;
+    var major = parseInt(d.os_version, 10) || 0, c = 'desktop';
+    if (os === 'ios') c = major >= 16 && !(cores && cores < 4) ? 'ios-high' : 'ios-low';
+    else if (os === 'android' || os === 'harmonyos') {
+      if (mem) c = mem >= 8 ? 'android-high' : mem >= 4 ? 'android-mid' : 'android-low';
+      else c = cores && cores <= 4 ? 'android-low' : 'android-mid';
+      if (os === 'android' && major && major < 9) c = 'android-low';
+    }
+    d['class'] = knownClass() || cls(h['class']) || c;
+    return (dev = d);
   }
   function engineEvent(d, outcome, reason, ms, prewarmed) {
     reported[d.sha256] = true;
     emit({
       type: 'preheat', game: d.game || S.game, engine: d.name, version: d.version, outcome: outcome,
-      reason: outcome === 'hit' ? null : reason || null, ms: Math.round(ms * 10) / 10, prewarmed: !!prewarmed, device: device()
+      reason: outcome === 'hit' ? null : reason || null, ms: r1(ms), prewarmed: !!prewarmed,
+      bytes: typeof d.size === 'number' ? d.size : null, device: device()
     });
   }
 
@@ -324,9 +339,14 @@
       fallback: (fromPage && e.path ? abs(e.path) : e.fallback_url) || null
     };
   }
+  // What get() finds, once no manifest that might hold it is still being verified.
+  function settled(get) {
+    var v = get();
+    if (v || !pending.length) return Promise.resolve(v);
+    return Promise.all(pending.map(function (p) { return p.catch(noop); })).then(function () { return settled(get); });
+  }
   function describe(name) {
-    if (bootDesc[name] || known[name] || !pending.length) return Promise.resolve(bootDesc[name] || known[name]);
-    return Promise.all(pending.map(function (p) { return p.catch(noop); })).then(function () { return describe(name); });
+    return settled(function () { return bootDesc[name] || known[name]; });
   }
   function demand(name, hook) {
     var t0 = now();
@@ -363,7 +383,20 @@
     return kid && sig ? { kid: kid, sig: sig } : null;
   }
   function gameOf(url) { var m = /\/games\/([^/?#]+)\/manifest/.exec(url); return m ? decodeURIComponent(m[1]) : null; }
-  function verify(url, opts) {
+  // A manifest URL without a query of its own asks for this device's manifest. Kiln reads memory
+  // as a number and cores as an integer: anything else is left out rather than refused.
+  function withDevice(url) {
+    if (/[?#]/.test(url)) return url;
+    var c = knownClass(), d = device(), q = [];
+    if (c) q.push('device=' + c);
+    else DESC.forEach(function (k) {
+      var v = d[k];
+      if (k === 'memory' || k === 'cores') v = v === null || v === '' || !(+v >= 0 && +v < 1e6) ? null : k === 'cores' ? Math.floor(v) : +v;
+      if (v != null) q.push(k + '=' + encodeURIComponent(v));
+    });
+    return q.length ? url + '?' + q.join('&') : url;
+  }
+  function verify(url, opts, learn) {
     var keys = opts.keys || S.keys || [], s = subtle(), got, sig;
     if (!s) return Promise.reject(fail('unsupported', 'no crypto.subtle'));
     return fetchBytes(url).then(function (r) {
@@ -384,19 +417,23 @@
       var m;
       try { m = JSON.parse(utf8(got.bytes)); } catch (e) { throw fail('malformed', 'not JSON'); }
       if (!m || m.schema !== 1 || typeof m.game !== 'string' || !(m.sequence >= 0) || Math.floor(m.sequence) !== m.sequence ||
-          isNaN(Date.parse(m.expires)) || (m.engines != null && !Array.isArray(m.engines)) || (opts.game && opts.game !== m.game)) {
+          isNaN(Date.parse(m.expires)) || (m.engines != null && !Array.isArray(m.engines)) ||
+          (m.models != null && !Array.isArray(m.models)) || (opts.game && opts.game !== m.game)) {
         throw fail('malformed', 'not a schema 1 manifest' + (opts.game ? ' of ' + opts.game : ''));
       }
       if (Date.parse(m.expires) <= Date.now()) throw fail('expired', 'expired at ' + m.expires);
       var seen = Number(stored(SEQ + m.game)) || 0;
       if (m.sequence < seen) throw fail('rollback', 'sequence ' + m.sequence + ' is older than ' + seen);
       save(SEQ + m.game, m.sequence);
+      // The class the server used (signed body first, then its header); 'unknown' teaches nothing.
+      var c = cls(m.device_class) || cls(got.res.headers.get('kiln-device-class'));
+      if (learn && c && c !== 'unknown' && !S.deviceClass) { srvClass = c; item(KCLASS, c); dev = null; }
       return m;
     });
   }
   function preheat(url, opts) {
     opts = opts || {};
-    var p = verify(url, opts);
+    var q = withDevice(url), p = verify(q, opts, q !== url);
     pending.push(p);
     p.then(done, done);
     function done() { pending.splice(pending.indexOf(p), 1); }
@@ -406,13 +443,16 @@
         var d = norm(e, m.game, false);
         if (d) { ds.push(d); known[d.name] = d; }
       });
+      (m.models || []).forEach(function (x) {
+        if (x && typeof x.path === 'string' && Array.isArray(x.variants)) models[m.game + ' ' + mkey(x.path)] = models[' ' + mkey(x.path)] = { game: m.game, m: x };
+      });
       return Promise.all(ds.map(function (d) {
         var rec = load(d, null, 'preheat');
         var t0 = now(), line = function (outcome, reason) {
-          return { name: d.name, version: d.version, outcome: outcome, reason: reason, ms: Math.round((now() - t0) * 10) / 10 };
+          return { name: d.name, version: d.version, outcome: outcome, reason: reason, ms: r1(now() - t0) };
         };
         return rec.p.then(function (r) { return line(r.outcome, r.reason); }, function (e) { return line('error', why(e)); });
-      })).then(function (engines) { return { game: m.game, sequence: m.sequence, engines: engines }; });
+      })).then(function (engines) { return { game: m.game, sequence: m.sequence, device_class: m.device_class || null, engines: engines }; });
     }, function (e) {
       emit({ type: 'manifest', game: opts.game || gameOf(url) || S.game, outcome: 'rejected', reason: why(e) });
       throw e;
@@ -427,6 +467,82 @@
       }
     }
     flush();
+  }
+
+  // ---- models: the variant chosen for this device, else the one that needs no decoder ----
+  function mkey(p) { return String(p).replace(/^\.?\//, ''); }
+  function variant(m, name) {
+    for (var i = 0; i < m.variants.length; i++) if (m.variants[i] && m.variants[i].variant === name) return m.variants[i];
+    return null;
+  }
+  function decoderKind(v, o) {
+    if (!v.needs_decoder) return 'none';
+    if (o.decoderKind) return o.decoderKind;
+    if (simd === undefined) {
+      var W = G.WebAssembly;
+      // () -> v128 { i8x16.splat(i32.const 0) }: validates only where wasm SIMD is supported.
+      try { simd = !W ? 'js' : W.validate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 8, 1, 6, 0, 65, 0, 253, 15, 11])) ? 'wasm-simd' : 'wasm'; } catch (e) { simd = 'wasm'; }
+    }
+    return simd;
+  }
+  function decoderReady(dec, ms) {
+    return new Promise(function (y, n) {
+      var t = setTimeout(function () { n(fail('decoder_timeout', 'decoder not ready within ' + ms + ' ms')); }, ms);
+      function no(e) { clearTimeout(t); n(fail('decoder_init_failed', 'decoder failed: ' + (e && e.message || e))); }
+      try {
+        if (dec.supported === false) throw new Error('not supported here');
+        Promise.resolve(typeof dec === 'function' ? dec() : dec.ready).then(function () { clearTimeout(t); y(); }, no);
+      } catch (e) { no(e); }
+    });
+  }
+  function model(path, o) {
+    o = o || {};
+    var k = mkey(path);
+    return settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); }).then(function (e) {
+      if (!e) throw fail('error', 'unknown model ' + path);
+      var m = e.m, first = variant(m, o.variant || (m.choice && m.choice.variant) || m.preferred) || variant(m, m.preferred);
+      if (!first) throw fail('error', 'no variant of ' + path);
+      function report(r) {
+        if (r.ms != null || r.fallback) {
+          emit({ type: 'decode', game: e.game, asset: m.path, variant: r.variant, decoder: r.decoder, bytes: r.bytes, ms: r.ms,
+            fallback: r.fallback, reason: r.reason, device: device() });
+        }
+        return r;
+      }
+      function attempt(v, reason) {
+        var r = { path: m.path, variant: v.variant, url: v.url, bytes: null, ms: null, fetch_ms: null, decoder: decoderKind(v, o),
+          fallback: !!reason, reason: reason, result: null };
+        var dec = o.decoder, t0;
+        return (!v.needs_decoder ? Promise.resolve()
+          : dec ? decoderReady(dec, o.decoderTimeoutMs || S.decoderTimeoutMs)
+          : Promise.reject(fail('no_decoder', 'no decoder for ' + v.variant))
+        ).then(function () {
+          t0 = now();
+          return fetchBytes(v.url);
+        }).then(function (f) {
+          r.fetch_ms = r1(now() - t0); r.bytes = f.bytes.byteLength; r.result = f.bytes.buffer;
+          if (!o.parse) return r;
+          var t1 = now();
+          return Promise.resolve().then(function () {
+            return o.parse(f.bytes.buffer, { variant: v.variant, url: v.url, path: m.path });
+          }).then(function (x) { r.ms = r1(now() - t1); r.result = x; return r; }, function (x) {
+            var err = fail('decode_failed', v.variant + ' of ' + m.path + ': ' + (x && x.message || x));
+            err.r = r;
+            throw err;
+          });
+        });
+      }
+      return attempt(first, null).then(report, function (x) {
+        var b = variant(m, m.fallback);
+        if (!b || b === first || b.needs_decoder) b = variant(m, 'original');
+        if (!first.needs_decoder || !/^(decoder_init_failed|decoder_timeout|no_decoder|decode_failed)$/.test(x.reason) ||
+            !b || b === first || b.needs_decoder) throw x;
+        return attempt(b, x.reason).then(report, function (y) {
+          if (y.r && y.r.bytes != null) report(y.r); // the fallback happened; its decode was not measured
+          throw y;
+        });
+      });
+    });
   }
 
   // ---- boot: engines first, then the page's deferred scripts in order ----
@@ -541,7 +657,7 @@
     Promise.all(runs).then(function () {
       return doc ? domReady().then(function () { return mapReady; }).then(replay) : null;
     }).then(function () {
-      var summary = { game: cfg.game || S.game, ms: Math.round((now() - t0) * 10) / 10, engines: [] };
+      var summary = { game: cfg.game || S.game, ms: r1(now() - t0), engines: [] };
       events.forEach(function (e) {
         if (e.type === 'preheat' && bootDesc[e.engine]) summary.engines.push({ name: e.engine, version: e.version, outcome: e.outcome, reason: e.reason, ms: e.ms });
       });
@@ -553,7 +669,9 @@
 
   function configure(o) {
     o = o || {};
-    assign(S, { keys: o.keys, telemetry: o.telemetry, game: o.game, timeoutMs: o.timeoutMs });
+    assign(S, { keys: o.keys, telemetry: o.telemetry, game: o.game, timeoutMs: o.timeoutMs, decoderTimeoutMs: o.decoderTimeoutMs });
+    if ('deviceClass' in o) { S.deviceClass = cls(o.deviceClass); dev = null; }
+    if ('device' in o) { S.device = o.device || null; dev = null; }
     return S;
   }
 
@@ -568,6 +686,7 @@
     configure: configure,
     preheat: preheat,
     engine: engine,
+    model: model,
     boot: boot,
     ready: ready,
     events: events,

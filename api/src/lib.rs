@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod demo;
 pub mod error;
+pub mod ingest;
 pub mod openapi;
 pub mod routes;
 
@@ -31,10 +32,13 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub upload_slots: Arc<Semaphore>,
     pub telemetry_limiter: Arc<routes::telemetry::RateLimiter>,
+    pub ingest: ingest::Ingest,
 }
 
 pub fn router(state: AppState) -> Router {
-    use routes::{builds, cdn, library, ops, publishing, releases, teams, telemetry, uploads};
+    use routes::{
+        builds, cdn, dashboard, library, ops, publishing, releases, teams, telemetry, uploads,
+    };
     let upload_timeout = Duration::from_secs(state.config.upload.timeout_secs);
     let request_timeout = Duration::from_secs(state.config.upload.request_timeout_secs);
     // Uploads and event streams run long; everything else gets the short timeout.
@@ -70,6 +74,12 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/", get(dashboard::page))
+        .route("/dashboard/dashboard.css", get(dashboard::css))
+        .route("/dashboard/charts.js", get(dashboard::charts))
+        .route("/dashboard/dashboard.js", get(dashboard::script))
+        .route("/v1/dashboard/data", get(dashboard::data))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             request_timeout,
@@ -142,15 +152,18 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .await
         .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
     let config = Arc::new(config);
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let (ingest, ingest_task) =
+        ingest::Ingest::start(db.clone(), config.telemetry.clone(), stopped.clone());
     let state = AppState {
+        ingest,
         db: db.clone(),
         storage: storage.clone(),
         upload_slots: Arc::new(Semaphore::new(config.upload.max_concurrent.max(1))),
         telemetry_limiter: Default::default(),
         config: config.clone(),
     };
-    let (stop, stopped) = watch::channel(false);
-    let mut tasks = Vec::new();
 
     let workers = config.in_process_workers();
     if workers > 0 {
@@ -182,6 +195,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             tracing::error!(error = %e, "server stopped");
         }
     }));
+    // After the server: it flushes the beacons the server answered while stopping.
+    tasks.push(ingest_task);
     tracing::info!(
         %addr,
         storage = ?state.storage,

@@ -3,7 +3,9 @@
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::routes::{builds, cdn, library, ops, publishing, releases, teams, telemetry, uploads};
+use crate::routes::{
+    builds, cdn, dashboard, library, ops, publishing, releases, teams, telemetry, uploads,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -15,6 +17,7 @@ use crate::routes::{builds, cdn, library, ops, publishing, releases, teams, tele
         releases::create, releases::list,
         library::loader, library::list, library::delete,
         telemetry::ingest,
+        dashboard::page, dashboard::data,
         cdn::object,
         teams::create_team, teams::create_token,
         ops::healthz, ops::readyz, ops::metrics,

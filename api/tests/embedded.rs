@@ -90,3 +90,13 @@ async fn telemetry_is_validated_and_limited() {
 async fn library_entries_retire_when_no_live_release_needs_them() {
     scenarios::library_entries_retire_when_no_live_release_needs_them(Embedded).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn decode_beacons_choose_variants_per_device_class() {
+    scenarios::decode_beacons_choose_variants_per_device_class(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn telemetry_backlog_is_bounded_and_flushed_on_stop() {
+    scenarios::telemetry_backlog_is_bounded_and_flushed_on_stop(Embedded).await;
+}

@@ -127,7 +127,8 @@ fn route(url: &str, body: &[u8], signature: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn engine_library_in_a_real_browser() {
-    let kiln = Kiln::start(Deployment::Embedded).await;
+    // Workers re-decide per-class variants every second here (60 s by default).
+    let kiln = Kiln::start_with(Deployment::Embedded, |c| c.variants.refresh_secs = 1).await;
     let (_, token) = kiln.team("e2e").await;
     let mut builds = Vec::new();
     for (game, package) in [
@@ -369,5 +370,253 @@ async fn engine_library_in_a_real_browser() {
             entry["roi"].as_f64().unwrap()
         );
     }
+    device_telemetry_is_consistent_everywhere(&kiln, &token).await;
     kiln.stop().await;
+}
+
+/// Runs a CLI from `api/sdk/test/` and returns its one JSON line.
+async fn sdk_cli(script: &str, args: Vec<String>) -> Value {
+    let dir = sdk_dir();
+    let script = dir.join("test").join(script);
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(&script)
+            .args(&args)
+            .output()
+            .expect("node runs the sdk CLI")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or("");
+    assert!(
+        output.status.success(),
+        "{line}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {stdout}"))
+}
+
+/// `x.toFixed(1)` as JavaScript writes it: exact ties round up (Rust's `{:.1}` rounds them to
+/// even, e.g. 81.25).
+fn js_to_fixed_1(x: f64) -> String {
+    let tenths = x * 10.0;
+    if tenths.fract().abs() == 0.5 {
+        format!("{:.1}", (tenths + 0.5 * tenths.signum()).trunc() / 10.0)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// Sum of a metric's series whose labels include every `(name, value)` in `labels`.
+fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            (metric == name).then_some(())?;
+            let all = labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            all.then(|| value.parse::<f64>().unwrap())
+        })
+        .sum()
+}
+
+/// After the engine-library browser run: real decode beacons from three.js (the chosen
+/// variant with meshoptimizer's decoder, and a decoder that fails to start), plus a synthetic
+/// stream of decode beacons, show up consistently in `/metrics`, the rollups, the manifest's
+/// per-class variant choices and `/dashboard` rendered in Chromium.
+async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str) {
+    let url = &kiln.url;
+    let manifest = format!("{url}/v1/games/shared-a/manifest");
+    let real = sdk_cli(
+        "decode-e2e.mjs",
+        vec![
+            "--manifest".into(),
+            manifest.clone(),
+            "--model".into(),
+            "assets/Fox.glb".into(),
+            "--device-class".into(),
+            "desktop".into(),
+        ],
+    )
+    .await;
+    assert_eq!(real["ok"], true, "{real}");
+    assert_eq!(real["chosen"]["variant"], "meshopt", "{real}");
+    assert!(real["chosen"]["ms"].as_f64().unwrap() > 0.0, "{real}");
+    assert_eq!(real["fallback"]["variant"], "quantized", "{real}");
+    assert_eq!(real["fallback"]["reason"], "decoder_init_failed", "{real}");
+    println!(
+        "\nreal decodes in Chromium (desktop): meshopt {} ms with {}, fallback quantized {} ms",
+        real["chosen"]["ms"], real["chosen"]["decoder"], real["fallback"]["ms"]
+    );
+
+    // The synthetic stream: low-end Androids decode meshopt slowly, quantized fast.
+    let low_end = json!({"os": "android", "os_version": "12", "model": "SM-A125F", "memory": 3, "cores": 8, "runtime": "chrome"});
+    let mut events = Vec::new();
+    for i in 0..40 {
+        for (variant, decoder, ms) in [
+            ("meshopt", "wasm", 250.0 + 4.0 * i as f64),
+            ("quantized", "none", 8.0 + i as f64 / 4.0),
+        ] {
+            events.push(json!({"type": "decode", "game": "shared-a", "asset": "assets/Fox.glb",
+                "variant": variant, "decoder": decoder, "bytes": 50000, "ms": ms, "device": low_end}));
+        }
+    }
+    for chunk in events.chunks(40) {
+        let response = kiln
+            .http
+            .post(format!("{url}/v1/telemetry"))
+            .header("content-type", "text/plain")
+            .body(json!({ "events": chunk }).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202);
+    }
+    let decodes_sent = events.len() as i64 + 2;
+
+    // Rollups (through the dashboard's data, admin token: every game) once everything landed.
+    let data = eventually("every decode in the rollups", || async {
+        let (code, data) = kiln.get_json(ADMIN, "/v1/dashboard/data").await;
+        assert_eq!(code, 200, "{data}");
+        let rows = data["decode"]["rows"].as_array().unwrap();
+        (rows
+            .iter()
+            .map(|r| r["count"].as_i64().unwrap())
+            .sum::<i64>()
+            == decodes_sent)
+            .then_some(data)
+    })
+    .await;
+    let metrics = kiln
+        .http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    // Pre-warm: raw events = rollups = metrics, per outcome.
+    let mut stored = Vec::new();
+    for game in ["shared-a", "shared-b", "classic-150"] {
+        stored.extend(db.telemetry_for_game(game).await.unwrap());
+    }
+    let totals = &data["prewarm"]["totals"];
+    for (outcome, field) in [
+        ("hit", "hits"),
+        ("miss", "misses"),
+        ("fallback", "fallbacks"),
+    ] {
+        let raw = stored
+            .iter()
+            .filter(|e| e.kind == "preheat" && e.outcome.as_deref() == Some(outcome))
+            .count() as f64;
+        let rolled = totals[field].as_f64().unwrap();
+        let counted = metric_sum(
+            &metrics,
+            "kiln_preheat_outcomes_total",
+            &[("outcome", outcome)],
+        );
+        assert_eq!(
+            (raw, rolled),
+            (counted, counted),
+            "{outcome}: raw, rollups, metrics"
+        );
+    }
+    let hit_rate = totals["hit_rate"].as_f64().unwrap();
+    println!(
+        "pre-warm: {} events, {} hits, hit rate {:.1} % (raw events = rollups = /metrics)",
+        totals["events"],
+        totals["hits"],
+        hit_rate * 100.0
+    );
+    // Decode: rollup counts per class × variant = histogram counts.
+    println!("decode per class × variant (rollups; /metrics agrees):");
+    for row in data["decode"]["rows"].as_array().unwrap() {
+        let (class, variant) = (
+            row["device_class"].as_str().unwrap(),
+            row["variant"].as_str().unwrap(),
+        );
+        let counted = metric_sum(
+            &metrics,
+            "kiln_decode_duration_seconds_count",
+            &[("device_class", class), ("variant", variant)],
+        );
+        assert_eq!(row["count"].as_f64().unwrap(), counted, "{row}");
+        println!(
+            "  {class:<12} {variant:<10} n={:<3} p50 {:>7.1} ms  p90 {:>7.1} ms  fallbacks {}",
+            row["count"],
+            row["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            row["p90_ms"].as_f64().unwrap_or(f64::NAN),
+            row["fallbacks"]
+        );
+    }
+    let low = data["decode"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["device_class"] == "android-low" && r["variant"] == "meshopt")
+        .unwrap();
+    // Exact p90 of 250, 254, …, 406 (lower rank): 390; the sketch is within 2 %.
+    assert!(
+        (low["p90_ms"].as_f64().unwrap() - 390.0).abs() <= 390.0 * 0.02,
+        "{low}"
+    );
+
+    // The manifest's choices follow: quantized for android-low, measured; meshopt on desktop.
+    let choice = eventually("a measured choice for android-low", || async {
+        let (_, m) = kiln
+            .get_json(token, "/v1/games/shared-a/manifest?device=android-low")
+            .await;
+        let choice = m["models"][0]["choice"].clone();
+        (choice["reason"] == "measured").then_some(choice)
+    })
+    .await;
+    assert_eq!(choice["variant"], "quantized", "{choice}");
+    println!("android-low choice: {}", choice["detail"].as_str().unwrap());
+    let (_, desktop) = kiln
+        .get_json(token, "/v1/games/shared-a/manifest?device=desktop")
+        .await;
+    assert_eq!(desktop["models"][0]["choice"]["variant"], "meshopt");
+    let (_, data) = kiln.get_json(ADMIN, "/v1/dashboard/data").await;
+    assert!(
+        data["decode"]["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["game"] == "shared-a"
+                && c["device_class"] == "android-low"
+                && c["variant"] == "quantized"),
+        "{}",
+        data["decode"]["choices"]
+    );
+
+    // The built-in dashboard, rendered: it shows the hit rate the run produced.
+    let screenshot = repo_root().join("target/kiln-dashboard.png");
+    let page = sdk_cli(
+        "dashboard.mjs",
+        vec![
+            "--url".into(),
+            format!("{url}/dashboard"),
+            "--token".into(),
+            ADMIN.into(),
+            "--expect-hit-rate".into(),
+            format!("{} %", js_to_fixed_1(hit_rate * 100.0)),
+            "--screenshot".into(),
+            screenshot.display().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(page["ok"], true, "{page}");
+    println!(
+        "/dashboard in Chromium: hit rate {} shown; screenshot {}",
+        page["hit_rate_text"],
+        screenshot.display()
+    );
 }

@@ -29,6 +29,7 @@ pub struct Config {
     pub vat: VatConfig,
     pub library: LibraryConfig,
     pub telemetry: TelemetryConfig,
+    pub variants: VariantsConfig,
     /// Ed25519 signing key file (32-byte seed, hex). Empty: `{data_dir}/keys/signing.key`,
     /// generated on first start.
     pub signing_key_file: String,
@@ -110,6 +111,7 @@ impl Default for Config {
             vat: VatConfig::default(),
             library: LibraryConfig::default(),
             telemetry: TelemetryConfig::default(),
+            variants: VariantsConfig::default(),
             signing_key_file: String::new(),
             log_json: false,
         }
@@ -245,6 +247,18 @@ pub struct TelemetryConfig {
     /// Behind a proxy or CDN: the request header that carries the client's address
     /// (e.g. `x-real-ip`, `cf-connecting-ip`). Empty: the connection's peer address.
     pub client_ip_header: String,
+    /// Events accepted but not yet written that one API process holds at most; past it a
+    /// beacon gets 503 (its events are counted as dropped).
+    pub backlog_max: usize,
+    /// The ingest writer's batch: it writes when this many events wait, or after `flush_ms`.
+    pub batch_max: usize,
+    pub flush_ms: u64,
+    /// Raw events are kept this many days, then pruned; hourly rollups are kept
+    /// `rollup_retention_days`.
+    pub retention_days: u64,
+    pub rollup_retention_days: u64,
+    /// How often the prune job runs.
+    pub prune_interval_secs: u64,
 }
 
 impl Default for TelemetryConfig {
@@ -254,7 +268,67 @@ impl Default for TelemetryConfig {
             max_events: 200,
             rate_per_minute: 600,
             client_ip_header: String::new(),
+            backlog_max: 500_000,
+            batch_max: 20_000,
+            flush_ms: 200,
+            retention_days: 30,
+            rollup_retention_days: 400,
+            prune_interval_secs: 3600,
         }
+    }
+}
+
+/// Decode-aware variants: which model variant each device class gets
+/// (`GET /v1/games/{game}/manifest?device=<class>`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VariantsConfig {
+    /// Assumed download bandwidth per device class, bytes per second.
+    pub bandwidth: std::collections::BTreeMap<String, f64>,
+    /// Classes whose default (without enough measurements) is `quantized`: no decoder to
+    /// initialise or crash (seed 000: wasm crashed on some low-end phones).
+    pub slow_classes: Vec<String>,
+    /// Measured decodes per variant needed before measurements decide.
+    pub min_samples: u64,
+    /// How far back measurements count.
+    pub window_hours: u64,
+    /// How often workers re-decide and re-sign the per-class manifests.
+    pub refresh_secs: u64,
+}
+
+impl Default for VariantsConfig {
+    fn default() -> Self {
+        let bandwidth = [
+            ("desktop", 5_000_000.0),
+            ("ios-high", 2_500_000.0),
+            ("ios-low", 1_000_000.0),
+            ("android-high", 2_500_000.0),
+            ("android-mid", 1_250_000.0),
+            ("android-low", 500_000.0),
+            ("unknown", 1_000_000.0),
+        ];
+        Self {
+            bandwidth: bandwidth
+                .into_iter()
+                .map(|(c, b)| (c.to_string(), b))
+                .collect(),
+            slow_classes: vec!["android-low".into()],
+            min_samples: 20,
+            window_hours: 24 * 7,
+            refresh_secs: 60,
+        }
+    }
+}
+
+impl VariantsConfig {
+    /// Bytes per second for `class` (the `unknown` class's, or 1 MB/s, when not configured).
+    pub fn bandwidth_of(&self, class: &str) -> f64 {
+        self.bandwidth
+            .get(class)
+            .or_else(|| self.bandwidth.get("unknown"))
+            .copied()
+            .filter(|b| *b > 0.0)
+            .unwrap_or(1_000_000.0)
     }
 }
 
@@ -409,6 +483,44 @@ impl Config {
             "KILN_TELEMETRY_RATE_PER_MINUTE" => {
                 self.telemetry.rate_per_minute = (num()? as u32).max(1)
             }
+            "KILN_TELEMETRY_BACKLOG_MAX" => self.telemetry.backlog_max = (num()? as usize).max(1),
+            "KILN_TELEMETRY_BATCH_MAX" => self.telemetry.batch_max = (num()? as usize).max(1),
+            "KILN_TELEMETRY_FLUSH_MS" => self.telemetry.flush_ms = num()?.max(1),
+            "KILN_TELEMETRY_RETENTION_DAYS" => self.telemetry.retention_days = num()?.max(1),
+            "KILN_TELEMETRY_ROLLUP_RETENTION_DAYS" => {
+                self.telemetry.rollup_retention_days = num()?.max(1)
+            }
+            "KILN_TELEMETRY_PRUNE_INTERVAL_SECS" => {
+                self.telemetry.prune_interval_secs = num()?.max(1)
+            }
+            "KILN_VARIANT_BANDWIDTH" => {
+                // `class=bytes_per_second,…`; listed classes replace the defaults.
+                for pair in value.split(',').filter(|p| !p.trim().is_empty()) {
+                    let (class, rate) = pair
+                        .split_once('=')
+                        .ok_or_else(|| bad("class=bytes_per_second pairs"))?;
+                    let rate: f64 = rate
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|r: &f64| *r > 0.0)
+                        .ok_or_else(|| bad("a positive bytes-per-second number"))?;
+                    self.variants
+                        .bandwidth
+                        .insert(class.trim().to_string(), rate);
+                }
+            }
+            "KILN_VARIANT_SLOW_CLASSES" => {
+                self.variants.slow_classes = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "KILN_VARIANT_MIN_SAMPLES" => self.variants.min_samples = num()?.max(1),
+            "KILN_VARIANT_WINDOW_HOURS" => self.variants.window_hours = num()?.max(1),
+            "KILN_VARIANT_REFRESH_SECS" => self.variants.refresh_secs = num()?.max(1),
             "KILN_ANIMATION_TOLERANCE" => self.animation.tolerance = positive()?,
             "KILN_ANIMATION_TOLERANCE_ABS" => self.animation.tolerance_abs = non_negative()?,
             "KILN_ANIMATION_ROTATION_BITS" => {

@@ -11,9 +11,13 @@ use crate::signing::Jwk;
 
 mod library;
 mod releases;
+mod telemetry;
 
-pub use library::{LibraryFile, LibraryRow, StoredEvent, TelemetryEvent};
-pub use releases::{ReleaseRequestRow, ReleaseRow};
+pub use library::{LibraryFile, LibraryRow};
+pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
+pub use telemetry::{
+    DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
+};
 
 /// Build status as stored and as served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,6 +96,25 @@ pub struct StageRow {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct FinishedBuild {
+    pub id: String,
+    pub game: String,
+    pub version: String,
+    pub status: String,
+    pub error: Option<String>,
+    pub updated_at: String,
+    pub failed_stage: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FinishedStage {
+    pub name: String,
+    pub status: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -293,6 +316,16 @@ impl Db {
     }
 
     /// The team a game belongs to, if the game exists.
+    /// Every game's name, or only a team's, sorted.
+    pub async fn game_names(&self, team_id: Option<&str>) -> Result<Vec<String>, DbError> {
+        let rows =
+            sqlx::query("SELECT name FROM games WHERE ($1 = '' OR team_id = $1) ORDER BY name")
+                .bind(team_id.unwrap_or(""))
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
     pub async fn game_team(&self, game: &str) -> Result<Option<String>, DbError> {
         Ok(sqlx::query("SELECT team_id FROM games WHERE name = $1")
             .bind(game)
@@ -593,6 +626,64 @@ impl Db {
             .iter()
             .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
             .collect())
+    }
+
+    /// Build stages by (stage, status), over every build.
+    pub async fn stage_counts(&self) -> Result<Vec<(String, String, i64)>, DbError> {
+        let rows =
+            sqlx::query("SELECT name, status, COUNT(*) FROM build_stages GROUP BY name, status")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<String, _>(0),
+                    r.get::<String, _>(1),
+                    r.get::<i64, _>(2),
+                )
+            })
+            .collect())
+    }
+
+    /// Builds that finished (published or failed) in the filter's range, newest first.
+    pub async fn finished_builds(
+        &self,
+        filter: &RollupFilter,
+    ) -> Result<Vec<FinishedBuild>, DbError> {
+        Ok(sqlx::query_as::<_, FinishedBuild>(
+            "SELECT b.id, b.game, b.version, b.status, b.error, b.updated_at, \
+             (SELECT s.name FROM build_stages s WHERE s.build_id = b.id AND s.status = 'failed' \
+              ORDER BY s.position LIMIT 1) AS failed_stage \
+             FROM builds b WHERE b.status IN ('published', 'failed') \
+             AND b.updated_at >= $1 AND b.updated_at < $2 AND ($3 = '' OR b.game = $3) \
+             AND ($4 = '' OR b.team_id = $4) ORDER BY b.updated_at DESC",
+        )
+        .bind(&filter.from)
+        .bind(&filter.to)
+        .bind(filter.game.clone().unwrap_or_default())
+        .bind(filter.team_id.clone().unwrap_or_default())
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Stages that finished in the filter's range, with their times.
+    pub async fn finished_stages(
+        &self,
+        filter: &RollupFilter,
+    ) -> Result<Vec<FinishedStage>, DbError> {
+        Ok(sqlx::query_as::<_, FinishedStage>(
+            "SELECT s.name, s.status, s.started_at, s.finished_at FROM build_stages s \
+             JOIN builds b ON b.id = s.build_id \
+             WHERE s.finished_at >= $1 AND s.finished_at < $2 AND ($3 = '' OR b.game = $3) \
+             AND ($4 = '' OR b.team_id = $4)",
+        )
+        .bind(&filter.from)
+        .bind(&filter.to)
+        .bind(filter.game.clone().unwrap_or_default())
+        .bind(filter.team_id.clone().unwrap_or_default())
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Seconds since the oldest queued build was uploaded (0 when none waits).

@@ -2,13 +2,17 @@
 //! manifest types, signing keys, loader telemetry and metrics.
 
 pub mod config;
+pub mod dashboard;
 pub mod db;
+pub mod devices;
 pub mod keys;
 pub mod manifest;
 pub mod metrics;
+pub mod rollups;
 pub mod signing;
 pub mod storage;
 pub mod telemetry;
+pub mod variants;
 
 /// Logs to stderr, human-readable or JSON lines; `RUST_LOG` filters (default `info`).
 pub fn init_tracing(json: bool) {

@@ -35,6 +35,10 @@ pub struct Manifest {
     /// Engine files split into the shared offline library (`docs/engines.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<ManifestEngine>,
+    /// Set on a per-device-class manifest (`?device=<class>`): each model's `choice` is
+    /// made for this class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_class: Option<String>,
     /// Vertex animation texture bakes, one per mesh (`docs/vat.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vat: Vec<ManifestVat>,
@@ -82,6 +86,32 @@ pub struct ManifestModel {
     /// The variant to load where the preferred one can't be decoded.
     pub fallback: String,
     pub variants: Vec<ModelVariant>,
+    /// On a per-device-class manifest: the variant to load on that class, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<VariantChoice>,
+}
+
+/// The variant a device class gets for one model, with the numbers behind it (audit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VariantChoice {
+    pub variant: String,
+    /// `measured`, `default` or `slow_class` (`common/src/variants.rs`).
+    pub reason: String,
+    pub detail: String,
+    pub estimates: Vec<VariantEstimate>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VariantEstimate {
+    pub variant: String,
+    /// After brotli: what the CDN sends.
+    pub bytes: u64,
+    /// `bytes` over the class's assumed bandwidth.
+    pub transfer_ms: u64,
+    /// Measured on the class; absent without measurements.
+    pub decode_p90_ms: Option<u64>,
+    pub samples: u64,
+    pub total_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,11 +10,38 @@ use prometheus::{
 
 pub static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
 
+/// Every metric Kiln defines, for [`catalog`].
+static DEFINED: std::sync::Mutex<Vec<Box<dyn prometheus::core::Collector>>> =
+    std::sync::Mutex::new(Vec::new());
+
 fn register<T: prometheus::core::Collector + Clone + 'static>(metric: T) -> T {
     REGISTRY
         .register(Box::new(metric.clone()))
         .expect("metric names are unique");
+    DEFINED
+        .lock()
+        .expect("metrics list")
+        .push(Box::new(metric.clone()));
     metric
+}
+
+/// The series names Kiln exports, with histograms' `_bucket`, `_sum` and `_count` — also
+/// for labelled metrics no event has touched yet (a scrape lists those only once they
+/// have). Dashboards and alert rules may name exactly these.
+pub fn catalog() -> Vec<String> {
+    init();
+    let mut names = Vec::new();
+    for collector in DEFINED.lock().expect("metrics list").iter() {
+        for family in collector.collect() {
+            let name = family.name().to_string();
+            if family.get_field_type() == prometheus::proto::MetricType::HISTOGRAM {
+                names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")));
+            }
+            names.push(name);
+        }
+    }
+    names.sort();
+    names
 }
 
 pub static HTTP_REQUESTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -97,57 +124,248 @@ pub static JOBS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
-pub static PREHEAT_OUTCOMES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(IntCounterVec::new(Opts::new(name, help), labels).unwrap())
+}
+
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(IntGaugeVec::new(Opts::new(name, help), labels).unwrap())
+}
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    register(IntGauge::new(name, help).unwrap())
+}
+
+/// Client-side latencies: 1 ms … 60 s.
+fn client_histogram(name: &str, help: &str, labels: &[&str]) -> HistogramVec {
     register(
-        IntCounterVec::new(
-            Opts::new(
-                "kiln_preheat_outcomes_total",
-                "Loader engine outcomes reported by beacons, by engine, outcome, reason and device class",
-            ),
-            &["engine", "outcome", "reason", "device_class"],
+        HistogramVec::new(
+            HistogramOpts::new(name, help).buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0,
+            ]),
+            labels,
         )
         .unwrap(),
+    )
+}
+
+pub static PREHEAT_OUTCOMES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "kiln_preheat_outcomes_total",
+        "Loader engine outcomes reported by beacons, by game, engine, outcome, reason and device class",
+        &["game", "engine", "outcome", "reason", "device_class"],
+    )
+});
+
+pub static PREHEAT_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
+    client_histogram(
+        "kiln_preheat_duration_seconds",
+        "Time until the engine was ready in the player's page, as beacons report it",
+        &["engine", "outcome", "device_class"],
+    )
+});
+
+pub static DECODE_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
+    client_histogram(
+        "kiln_decode_duration_seconds",
+        "Model decode time on players' devices, by variant, decoder and device class",
+        &["variant", "decoder", "device_class"],
+    )
+});
+
+pub static DECODE_FALLBACKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "kiln_decode_fallbacks_total",
+        "Model loads that used the fallback variant, by device class and reason",
+        &["device_class", "reason"],
+    )
+});
+
+pub static LIBRARY_BYTES_SAVED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "kiln_library_bytes_saved_total",
+        "Engine bytes players did not download because the engine was pre-warmed or cached",
+        &["engine"],
     )
 });
 
 pub static TELEMETRY_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "kiln_telemetry_events_total",
+        "Beacon events received, by result (accepted, rejected, or dropped when the ingest backlog was full)",
+        &["result"],
+    )
+});
+
+pub static TELEMETRY_BACKLOG: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "kiln_telemetry_ingest_backlog",
+        "Telemetry events accepted but not yet written to the database",
+    )
+});
+
+pub static TELEMETRY_WRITE_DURATION: LazyLock<prometheus::Histogram> = LazyLock::new(|| {
     register(
-        IntCounterVec::new(
-            Opts::new(
-                "kiln_telemetry_events_total",
-                "Beacon events received, by result (accepted or rejected)",
-            ),
-            &["result"],
+        prometheus::Histogram::with_opts(
+            HistogramOpts::new(
+                "kiln_telemetry_write_duration_seconds",
+                "One batched write of telemetry events and their rollups",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
         )
         .unwrap(),
     )
 });
 
-/// Counts a beacon's events. Labels are bounded: engines come from the detection table's
-/// names as the loader reports them, so unknown names are folded into `other`.
-pub fn record_telemetry(events: &[crate::db::TelemetryEvent], rejected: usize) {
+pub static BUILD_STAGES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "kiln_build_stages",
+        "Build stages by stage and status",
+        &["stage", "status"],
+    )
+});
+
+pub static WORKER_JOBS_RUNNING: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "kiln_worker_jobs_running",
+        "Build jobs this process is running now",
+    )
+});
+
+pub static WORKER_CONCURRENCY: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "kiln_worker_concurrency",
+        "Build jobs this process may run at once (0 where it runs no workers)",
+    )
+});
+
+pub static LIBRARY_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "kiln_library_entries",
+        "Engine builds in the shared library",
+    )
+});
+
+pub static LIBRARY_BYTES_STORED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "kiln_library_bytes_stored",
+        "Bytes the shared library stores (each engine build once)",
+    )
+});
+
+pub static LIBRARY_RETIREMENT_CANDIDATES: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "kiln_library_retirement_candidates",
+        "Library entries whose ROI is below KILN_LIBRARY_MIN_ROI",
+    )
+});
+
+pub static LIBRARY_VERSION_BYTES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "kiln_library_version_bytes",
+        "Bytes stored per engine version",
+        &["engine", "version"],
+    )
+});
+
+pub static LIBRARY_VERSION_GAMES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    gauge_vec(
+        "kiln_library_version_games",
+        "Games whose builds carry the engine version",
+        &["engine", "version"],
+    )
+});
+
+pub static LIBRARY_VERSION_ROI: LazyLock<prometheus::GaugeVec> = LazyLock::new(|| {
+    register(
+        prometheus::GaugeVec::new(
+            Opts::new(
+                "kiln_library_version_roi",
+                "Bytes saved by pre-warm hits over bytes stored, per engine version",
+            ),
+            &["engine", "version"],
+        )
+        .unwrap(),
+    )
+});
+
+/// A label value from a client: kept when short and plain, else `other`, so a beacon
+/// can't blow up the label space.
+fn plain_label(value: &str) -> &str {
+    if !value.is_empty()
+        && value.len() <= 32
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+    {
+        value
+    } else {
+        "other"
+    }
+}
+
+/// Counts a beacon's events. Labels are bounded: device classes come from the rule table,
+/// variants, decoders and outcomes from fixed lists, and `game` is kept only for games Kiln
+/// knows (`known_game`), else `other`.
+pub fn record_telemetry(
+    events: &[crate::db::TelemetryEvent],
+    rejected: usize,
+    known_game: impl Fn(&str) -> bool,
+) {
     for e in events {
-        if e.kind != "preheat" {
-            continue;
+        let class = e.device_class.as_str();
+        match e.kind.as_str() {
+            "preheat" => {
+                let engine = plain_label(e.engine.as_deref().unwrap_or(""));
+                let outcome = e.outcome.as_deref().unwrap_or("");
+                let game = if known_game(&e.game) {
+                    e.game.as_str()
+                } else {
+                    "other"
+                };
+                PREHEAT_OUTCOMES
+                    .with_label_values(&[
+                        game,
+                        engine,
+                        outcome,
+                        e.reason.as_deref().unwrap_or(""),
+                        class,
+                    ])
+                    .inc();
+                if let Some(ms) = e.ms {
+                    PREHEAT_DURATION
+                        .with_label_values(&[engine, outcome, class])
+                        .observe(ms / 1000.0);
+                }
+                if outcome == "hit"
+                    && let Some(bytes) = e.bytes
+                {
+                    LIBRARY_BYTES_SAVED
+                        .with_label_values(&[engine])
+                        .inc_by(bytes.max(0) as u64);
+                }
+            }
+            "decode" => {
+                if let Some(ms) = e.ms {
+                    DECODE_DURATION
+                        .with_label_values(&[
+                            e.variant.as_deref().unwrap_or(""),
+                            e.decoder.as_deref().unwrap_or(""),
+                            class,
+                        ])
+                        .observe(ms / 1000.0);
+                }
+                if e.fallback == Some(true) {
+                    DECODE_FALLBACKS
+                        .with_label_values(&[class, e.reason.as_deref().unwrap_or("")])
+                        .inc();
+                }
+            }
+            _ => {}
         }
-        let engine = e.engine.as_deref().unwrap_or("none");
-        let engine = if engine.len() <= 32
-            && engine
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-        {
-            engine
-        } else {
-            "other"
-        };
-        PREHEAT_OUTCOMES
-            .with_label_values(&[
-                engine,
-                e.outcome.as_deref().unwrap_or(""),
-                e.reason.as_deref().unwrap_or(""),
-                e.device_class.as_deref().unwrap_or("unknown"),
-            ])
-            .inc();
     }
     TELEMETRY_EVENTS
         .with_label_values(&["accepted"])
@@ -168,7 +386,22 @@ pub fn init() {
     LazyLock::force(&STAGE_DURATION);
     LazyLock::force(&JOBS);
     LazyLock::force(&PREHEAT_OUTCOMES);
+    LazyLock::force(&PREHEAT_DURATION);
+    LazyLock::force(&DECODE_DURATION);
+    LazyLock::force(&DECODE_FALLBACKS);
+    LazyLock::force(&LIBRARY_BYTES_SAVED);
     LazyLock::force(&TELEMETRY_EVENTS);
+    LazyLock::force(&TELEMETRY_BACKLOG);
+    LazyLock::force(&TELEMETRY_WRITE_DURATION);
+    LazyLock::force(&BUILD_STAGES);
+    LazyLock::force(&WORKER_JOBS_RUNNING);
+    LazyLock::force(&WORKER_CONCURRENCY);
+    LazyLock::force(&LIBRARY_ENTRIES);
+    LazyLock::force(&LIBRARY_BYTES_STORED);
+    LazyLock::force(&LIBRARY_RETIREMENT_CANDIDATES);
+    LazyLock::force(&LIBRARY_VERSION_BYTES);
+    LazyLock::force(&LIBRARY_VERSION_GAMES);
+    LazyLock::force(&LIBRARY_VERSION_ROI);
 }
 
 /// The registry in Prometheus text format.

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::db::TelemetryEvent;
+use crate::devices;
 
 pub const OUTCOMES: &[&str] = &["hit", "miss", "fallback", "error", "rejected"];
 pub const REASONS: &[&str] = &[
@@ -23,14 +24,14 @@ pub const REASONS: &[&str] = &[
     "expired",
     "malformed",
 ];
-pub const DEVICE_CLASSES: &[&str] = &[
-    "ios-high",
-    "ios-low",
-    "android-high",
-    "android-mid",
-    "android-low",
-    "desktop",
-    "unknown",
+pub const VARIANTS: &[&str] = &["meshopt", "quantized", "original"];
+pub const DECODERS: &[&str] = &["wasm-simd", "wasm", "js", "none"];
+/// Why a decode used another variant than the one chosen.
+pub const DECODE_REASONS: &[&str] = &[
+    "decoder_init_failed",
+    "decoder_timeout",
+    "no_decoder",
+    "decode_failed",
 ];
 
 /// The events worth storing, and why the others were not.
@@ -76,14 +77,7 @@ pub fn parse(body: &[u8], max_events: usize) -> Result<Parsed, BatchError> {
 fn event_of(v: &Value) -> Result<TelemetryEvent, String> {
     let obj = v.as_object().ok_or("not an object")?;
     let text = |name: &str, max: usize| -> Result<Option<String>, String> {
-        match obj.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.len() <= max && !s.chars().any(char::is_control) => {
-                Ok(Some(s.clone()))
-            }
-            Some(Value::String(_)) => Err(format!("`{name}` too long or has control characters")),
-            Some(_) => Err(format!("`{name}` must be a string")),
-        }
+        text_field(obj.get(name), name, max)
     };
     let one_of = |name: &str, allowed: &[&str]| -> Result<Option<String>, String> {
         match text(name, 32)? {
@@ -91,69 +85,141 @@ fn event_of(v: &Value) -> Result<TelemetryEvent, String> {
             other => Ok(other),
         }
     };
+    let number = |name: &str, max: f64| -> Result<Option<f64>, String> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => {
+                let x = n.as_f64().ok_or(format!("`{name}` is not a number"))?;
+                if !(0.0..=max).contains(&x) {
+                    return Err(format!("`{name}` {x} out of range 0–{max}"));
+                }
+                Ok(Some(x))
+            }
+            Some(_) => Err(format!("`{name}` must be a number")),
+        }
+    };
+    let boolean = |name: &str| -> Result<Option<bool>, String> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(format!("`{name}` must be true or false")),
+        }
+    };
     let kind = text("type", 16)?.ok_or("`type` missing")?;
-    if kind != "preheat" && kind != "manifest" {
+    if !["preheat", "decode", "manifest"].contains(&kind.as_str()) {
         return Err(format!("`type` {kind:?} is unknown"));
     }
     let game = text("game", 128)?
         .filter(|g| !g.is_empty())
         .ok_or("`game` missing")?;
-    let outcome = one_of("outcome", OUTCOMES)?.ok_or("`outcome` missing")?;
-    let reason = one_of("reason", REASONS)?;
-    let ms = match obj.get("ms") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => {
-            let ms = n.as_f64().ok_or("`ms` is not a number")?;
-            if !(0.0..=600_000.0).contains(&ms) {
-                return Err(format!("`ms` {ms} out of range 0–600000"));
-            }
-            Some(ms)
-        }
-        Some(_) => return Err("`ms` must be a number".into()),
-    };
-    let prewarmed = match obj.get("prewarmed") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => return Err("`prewarmed` must be true or false".into()),
-    };
-    let engine = text("engine", 64)?;
-    let version = text("version", 64)?;
-    if kind == "preheat" {
-        if engine.is_none() {
-            return Err("`engine` missing".into());
-        }
-        if outcome == "rejected" {
-            return Err("a preheat outcome is hit, miss or fallback".into());
-        }
-        if outcome != "hit" && reason.is_none() {
-            return Err(format!("a {outcome} needs a `reason`"));
-        }
-    }
-    let device = match obj.get("device") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(d)) => Some(d),
-        Some(_) => return Err("`device` must be an object".into()),
-    };
-    let device_class = match device.and_then(|d| d.get("class")) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(c)) if DEVICE_CLASSES.contains(&c.as_str()) => Some(c.clone()),
-        Some(other) => return Err(format!("device class {other} is unknown")),
-    };
-    let device = device
-        .map(|d| Value::Object(d.clone()).to_string())
-        .filter(|d| d.len() <= 1024);
-    Ok(TelemetryEvent {
+    let ms = number("ms", 600_000.0)?;
+    let bytes = number("bytes", 1e12)?.map(|b| b as i64);
+    let mut event = TelemetryEvent {
         kind,
         game,
-        engine,
-        version,
-        outcome: Some(outcome),
-        reason,
         ms,
-        prewarmed,
-        device_class,
-        device,
-    })
+        bytes,
+        ..TelemetryEvent::default()
+    };
+    match event.kind.as_str() {
+        "decode" => {
+            event.asset = Some(
+                text("asset", 512)?
+                    .filter(|a| !a.is_empty())
+                    .ok_or("`asset` missing")?,
+            );
+            event.variant = Some(one_of("variant", VARIANTS)?.ok_or("`variant` missing")?);
+            event.decoder = Some(one_of("decoder", DECODERS)?.ok_or("`decoder` missing")?);
+            event.fallback = boolean("fallback")?;
+            event.reason = one_of("reason", DECODE_REASONS)?;
+            if event.fallback == Some(true) && event.reason.is_none() {
+                return Err("a decode fallback needs a `reason`".into());
+            }
+            if event.ms.is_none() && event.fallback != Some(true) {
+                return Err("`ms` missing".into());
+            }
+        }
+        _ => {
+            let outcome = one_of("outcome", OUTCOMES)?.ok_or("`outcome` missing")?;
+            event.reason = one_of("reason", REASONS)?;
+            event.prewarmed = boolean("prewarmed")?;
+            event.engine = text("engine", 64)?;
+            event.version = text("version", 64)?;
+            if event.kind == "preheat" {
+                if event.engine.is_none() {
+                    return Err("`engine` missing".into());
+                }
+                if outcome == "rejected" {
+                    return Err("a preheat outcome is hit, miss or fallback".into());
+                }
+                if outcome != "hit" && event.reason.is_none() {
+                    return Err(format!("a {outcome} needs a `reason`"));
+                }
+            }
+            event.outcome = Some(outcome);
+        }
+    }
+    device_of(obj.get("device"), &mut event)?;
+    Ok(event)
+}
+
+fn text_field(value: Option<&Value>, name: &str, max: usize) -> Result<Option<String>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.len() <= max && !s.chars().any(char::is_control) => {
+            Ok(Some(s.clone()))
+        }
+        Some(Value::String(_)) => Err(format!("`{name}` too long or has control characters")),
+        Some(_) => Err(format!("`{name}` must be a string")),
+    }
+}
+
+/// Reads the device descriptor and classifies it by the rule table. A class the client sent
+/// counts only when it describes nothing the rules could use.
+fn device_of(value: Option<&Value>, event: &mut TelemetryEvent) -> Result<(), String> {
+    let device = match value {
+        None | Some(Value::Null) => {
+            event.device_class = devices::UNKNOWN.into();
+            return Ok(());
+        }
+        Some(Value::Object(d)) => d,
+        Some(_) => return Err("`device` must be an object".into()),
+    };
+    let field =
+        |name: &str, max: usize| text_field(device.get(name), &format!("device.{name}"), max);
+    let number = |name: &str, max: f64| match device.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .filter(|x| (0.0..=max).contains(x))
+            .map(Some)
+            .ok_or(format!("`device.{name}` out of range 0–{max}")),
+        Some(_) => Err(format!("`device.{name}` must be a number")),
+    };
+    let descriptor = devices::Descriptor {
+        os: field("os", 32)?.map(|o| o.to_ascii_lowercase()),
+        os_version: field("os_version", 32)?,
+        runtime: field("runtime", 64)?,
+        model: field("model", 128)?,
+        memory: number("memory", 4096.0)?,
+        cores: number("cores", 1024.0)?.map(|c| c as u32),
+    };
+    let sent = match device.get("class") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) if devices::CLASSES.contains(&c.as_str()) => Some(c.as_str()),
+        Some(other) => return Err(format!("device class {other} is unknown")),
+    };
+    let classified = devices::classify(&descriptor);
+    event.device_class = match sent {
+        Some(class) if classified == devices::UNKNOWN => class,
+        _ => classified,
+    }
+    .to_string();
+    event.device_model = descriptor.model;
+    event.os = descriptor.os;
+    event.runtime = descriptor.runtime;
+    event.device = Some(Value::Object(device.clone()).to_string()).filter(|d| d.len() <= 1024);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -175,7 +241,7 @@ mod tests {
         let parsed = parse(body, 100).unwrap();
         assert_eq!(parsed.events.len(), 2, "{parsed:?}");
         assert_eq!(parsed.events[0].reason.as_deref(), Some("cold"));
-        assert_eq!(parsed.events[0].device_class.as_deref(), Some("desktop"));
+        assert_eq!(parsed.events[0].device_class, "desktop");
         assert_eq!(parsed.events[1].kind, "manifest");
         assert_eq!(parsed.rejected.len(), 6);
         assert!(
@@ -186,6 +252,46 @@ mod tests {
         assert!(parsed.rejected[1].contains("needs a `reason`"));
         assert!(parsed.rejected[2].contains("must be a number"));
         assert!(parsed.rejected[3].contains("unknown"));
+    }
+
+    #[test]
+    fn decode_events_and_device_classes() {
+        let body = br#"{"events":[
+            {"type":"decode","game":"g","asset":"models/fox.glb","variant":"meshopt","decoder":"wasm-simd","bytes":52000,"ms":41.5,"device":{"os":"Android","os_version":"13","model":"SM-A135F","memory":4,"cores":8,"class":"desktop"}},
+            {"type":"decode","game":"g","asset":"models/fox.glb","variant":"quantized","decoder":"none","fallback":true,"reason":"decoder_init_failed","ms":null,"device":{"class":"ios-low"}},
+            {"type":"decode","game":"g","asset":"models/fox.glb","variant":"draco","decoder":"wasm","ms":3},
+            {"type":"decode","game":"g","asset":"models/fox.glb","variant":"meshopt","decoder":"gpu","ms":3},
+            {"type":"decode","game":"g","variant":"meshopt","decoder":"wasm","ms":3},
+            {"type":"decode","game":"g","asset":"a","variant":"meshopt","decoder":"wasm"},
+            {"type":"decode","game":"g","asset":"a","variant":"quantized","decoder":"none","fallback":true,"ms":2},
+            {"type":"decode","game":"g","asset":"a","variant":"meshopt","decoder":"wasm","ms":700000},
+            {"type":"decode","game":"g","asset":"a","variant":"meshopt","decoder":"wasm","ms":3,"device":{"memory":"lots"}},
+            {"type":"preheat","game":"g","engine":"three","outcome":"hit","bytes":-5}
+        ]}"#;
+        let parsed = parse(body, 100).unwrap();
+        assert_eq!(parsed.events.len(), 2, "{:?}", parsed.rejected);
+        let first = &parsed.events[0];
+        // The rule table decides, not the class the client guessed.
+        assert_eq!(first.device_class, "android-low");
+        assert_eq!(first.device_model.as_deref(), Some("SM-A135F"));
+        assert_eq!(first.os.as_deref(), Some("android"));
+        assert_eq!((first.bytes, first.ms), (Some(52000), Some(41.5)));
+        // Nothing to classify: the client's class stands.
+        assert_eq!(parsed.events[1].device_class, "ios-low");
+        assert_eq!(parsed.events[1].fallback, Some(true));
+        let why = parsed.rejected.join("\n");
+        for expected in [
+            "event 2: `variant` \"draco\" is unknown",
+            "event 3: `decoder` \"gpu\" is unknown",
+            "event 4: `asset` missing",
+            "event 5: `ms` missing",
+            "event 6: a decode fallback needs a `reason`",
+            "event 7: `ms` 700000 out of range",
+            "event 8: `device.memory` must be a number",
+            "event 9: `bytes` -5 out of range",
+        ] {
+            assert!(why.contains(expected), "{expected:?} not in\n{why}");
+        }
     }
 
     #[test]

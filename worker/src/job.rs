@@ -44,6 +44,8 @@ pub struct JobContext {
     pub manifest_ttl: Duration,
     /// How often live releases are checked for re-signing.
     pub resign_interval: Duration,
+    /// Decode-aware variants: bandwidths, slow classes, how often to re-decide.
+    pub variants: kiln_common::config::VariantsConfig,
 }
 
 /// Puts a build on the queue.
@@ -76,6 +78,7 @@ pub async fn run_workers(
     heartbeat: Duration,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    metrics::WORKER_CONCURRENCY.add((count * concurrency) as i64);
     let mut handles = Vec::new();
     // Releases are signed here too: only workers hold the key.
     handles.push(tokio::spawn(crate::release::run(
@@ -155,6 +158,15 @@ async fn process_build(
 ) -> Result<(), BoxDynError> {
     let context: Arc<JobContext> = (*context).clone();
     let id = job.build_id;
+    // USE: running jobs over `kiln_worker_concurrency` is the workers' utilisation.
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            metrics::WORKER_JOBS_RUNNING.dec();
+        }
+    }
+    metrics::WORKER_JOBS_RUNNING.inc();
+    let _running = Running;
     let mut last_error = String::new();
     for attempt in 1..=context.transient_retries.max(1) {
         match run_once(&context, &id).await {

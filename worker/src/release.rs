@@ -7,9 +7,12 @@
 
 use std::time::Duration;
 
-use kiln_common::db::{DbError, ReleaseRow};
-use kiln_common::manifest::Manifest;
+use std::collections::HashMap;
+
+use kiln_common::db::{ClassManifestRow, DbError, ReleaseRow, RollupFilter};
+use kiln_common::manifest::{Manifest, VariantChoice};
 use kiln_common::storage::StorageError;
+use kiln_common::{devices, rollups, variants};
 
 use crate::job::JobContext;
 use crate::stages::sign;
@@ -72,12 +75,124 @@ pub async fn release(
         };
         if context.db.insert_release(&row).await? {
             tracing::info!(game = %game, sequence, build_id = %row.build_id, reason = reason.as_str(), "release signed");
+            // The per-class manifests exist from the start; the API serves the base
+            // manifest for a class only while they are being made.
+            if let Err(e) = decide_variants(context, &row, &signed.manifest).await {
+                tracing::warn!(game = %game, sequence, error = %e, "could not sign the per-class manifests yet");
+            }
             return Ok(row);
         }
     }
     Err(ReleaseError::Refused(format!(
         "could not take a sequence number for {game} (too many concurrent releases)"
     )))
+}
+
+/// Decides, per device class, each model's variant of the release (measured decode times of
+/// the game on that class, `kiln_common::variants`) and signs a class manifest where the
+/// decision changed. Returns how many were signed.
+pub async fn decide_variants(
+    context: &JobContext,
+    release: &ReleaseRow,
+    manifest: &Manifest,
+) -> Result<usize, ReleaseError> {
+    if manifest.models.is_empty() {
+        return Ok(0);
+    }
+    let since = chrono::Utc::now()
+        - chrono::Duration::hours(context.variants.window_hours.min(24 * 365 * 10) as i64);
+    let filter = RollupFilter {
+        from: rollups::hour_of(&since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        to: "9999".into(),
+        game: Some(release.game.clone()),
+        team_id: None,
+    };
+    let sketches = context.db.latency_sketches("decode", &filter).await?;
+    let p90 = rollups::quantiles_by_key(&sketches, 0.9);
+    let signed_before: HashMap<String, String> = context
+        .db
+        .class_manifests(&release.game, release.sequence)
+        .await?
+        .into_iter()
+        .map(|row| (row.device_class, row.choices))
+        .collect();
+    let mut signed = 0;
+    for class in devices::CLASSES {
+        let stats: variants::DecodeStats = p90
+            .iter()
+            .filter(|(key, _)| key.device_class == *class)
+            .map(|(key, value)| ((key.subject.clone(), key.facet.clone()), *value))
+            .collect();
+        let choices: Vec<VariantChoice> = manifest
+            .models
+            .iter()
+            .map(|model| variants::choose(model, class, &stats, &context.variants))
+            .collect();
+        let summary = choice_summary(manifest, &choices);
+        if signed_before
+            .get(*class)
+            .is_some_and(|before| same_decisions(before, &summary))
+        {
+            continue;
+        }
+        let doc = sign::for_device_class(manifest, class, &choices, &context.signer);
+        context
+            .storage
+            .put_bytes(&doc.key, doc.bytes.clone().into())
+            .await?;
+        context
+            .db
+            .put_class_manifest(&ClassManifestRow {
+                game: release.game.clone(),
+                sequence: release.sequence,
+                device_class: class.to_string(),
+                manifest_key: doc.key.clone(),
+                sha256: doc.sha256.clone(),
+                kid: doc.signature.kid.clone(),
+                signature: base64_signature(&doc.signature.signature),
+                choices: summary.to_string(),
+                created_at: kiln_common::db::now(),
+            })
+            .await?;
+        signed += 1;
+    }
+    if signed > 0 {
+        tracing::info!(game = %release.game, sequence = release.sequence, classes = signed, "per-class manifests signed");
+    }
+    Ok(signed)
+}
+
+/// `[{asset, variant, reason, detail}]`, as stored for the dashboards.
+fn choice_summary(manifest: &Manifest, choices: &[VariantChoice]) -> serde_json::Value {
+    serde_json::Value::Array(
+        manifest
+            .models
+            .iter()
+            .zip(choices)
+            .map(|(model, c)| {
+                serde_json::json!({
+                    "asset": model.path, "variant": c.variant, "reason": c.reason, "detail": c.detail,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Whether two summaries decide the same (the numbers in `detail` move with every beacon;
+/// a class manifest is signed again only when a variant or its reason changes).
+fn same_decisions(stored: &str, summary: &serde_json::Value) -> bool {
+    let decisions = |v: &serde_json::Value| -> Vec<(String, String, String)> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let field = |k: &str| c[k].as_str().unwrap_or("").to_string();
+                (field("asset"), field("variant"), field("reason"))
+            })
+            .collect()
+    };
+    serde_json::from_str::<serde_json::Value>(stored)
+        .is_ok_and(|before| decisions(&before) == decisions(summary))
 }
 
 /// A build's own (unreleased) manifest, from the store.
@@ -98,9 +213,14 @@ async fn build_manifest(context: &JobContext, build_id: &str) -> Result<Manifest
         .map_err(|e| ReleaseError::Refused(format!("stored manifest of {build_id}: {e}")))
 }
 
-/// Signs what the API was asked for, then (with `resign`) re-signs live releases past half
-/// their lifetime.
-pub async fn tick(context: &JobContext, resign: bool) -> Result<(), ReleaseError> {
+/// Signs what the API was asked for, then (with `refresh_variants`) re-decides the live
+/// releases' per-class variants, and (with `resign`) re-signs live releases past half their
+/// lifetime.
+pub async fn tick(
+    context: &JobContext,
+    resign: bool,
+    refresh_variants: bool,
+) -> Result<(), ReleaseError> {
     for request in context.db.pending_release_requests().await? {
         if !context.db.claim_release_request(&request.id).await? {
             continue;
@@ -120,6 +240,20 @@ pub async fn tick(context: &JobContext, resign: bool) -> Result<(), ReleaseError
             .db
             .finish_release_request(&request.id, outcome)
             .await?;
+    }
+    if refresh_variants {
+        for live in context.db.live_releases().await? {
+            let decided = match context.storage.get_bytes(&live.manifest_key).await {
+                Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
+                    Ok(manifest) => decide_variants(context, &live, &manifest).await.map(|_| ()),
+                    Err(e) => Err(ReleaseError::Refused(format!("stored release: {e}"))),
+                },
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = decided {
+                tracing::warn!(game = %live.game, sequence = live.sequence, error = %e, "could not re-decide variants");
+            }
+        }
     }
     if !resign {
         return Ok(());
@@ -151,12 +285,18 @@ pub async fn run(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut last_resign: Option<std::time::Instant> = None;
+    let mut last_refresh: Option<std::time::Instant> = None;
+    let refresh_every = Duration::from_secs(context.variants.refresh_secs);
     loop {
         let resign = last_resign.is_none_or(|t| t.elapsed() >= context.resign_interval);
         if resign {
             last_resign = Some(std::time::Instant::now());
         }
-        if let Err(e) = tick(&context, resign).await {
+        let refresh = last_refresh.is_none_or(|t| t.elapsed() >= refresh_every);
+        if refresh {
+            last_refresh = Some(std::time::Instant::now());
+        }
+        if let Err(e) = tick(&context, resign, refresh).await {
             tracing::warn!(error = %e, "release signing failed; will retry");
         }
         tokio::select! {

@@ -7,7 +7,7 @@
 //               "run": "<optional JS expression evaluated after the page opens>",
 //               "eval": "<optional JS expression evaluated after wait_for; awaited; its
 //                        JSON value is the line's `result`>",
-//               "routes": [{"url": "<exact URL>", "status": 200, "headers": {...},
+//               "routes": [{"url": "<URL; without a query it matches any query>", "status": 200, "headers": {...},
 //                           "body_base64": "..."}],   // answered instead of the network
 //               "timeout_ms": 15000}, ...]
 // All steps share one browser context (one Cache Storage, one localStorage) unless a step
@@ -40,7 +40,11 @@ export async function runSteps(steps, { timeoutMs = 15000, print = (line) => pro
       const limit = step.timeout_ms ?? timeoutMs;
       const page = await ctx.newPage();
       for (const route of step.routes ?? []) {
-        await page.route(route.url, (r) => r.fulfill({
+        // The URL without a query matches it with any query (the loader adds its device's).
+        const target = new URL(route.url);
+        const matches = (u) => u.origin === target.origin && u.pathname === target.pathname
+          && (target.search === '' || u.search === target.search);
+        await page.route(matches, (r) => r.fulfill({
           status: route.status ?? 200,
           headers: route.headers ?? {},
           body: Buffer.from(route.body_base64 ?? '', 'base64'),

@@ -61,7 +61,7 @@ export function tampered(engine) {
 const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.mjs': 'text/javascript; charset=utf-8', '.json': 'application/json' };
 
 export async function startServer() {
-  const files = new Map(); // path -> { body, headers, status, delayMs }
+  const files = new Map(); // path -> { body, headers, status, delayMs } or { handler(url) -> { body, headers, status } }
   const requests = [];
   const beacons = [];
   const good = crypto.generateKeyPairSync('ed25519');
@@ -72,7 +72,7 @@ export async function startServer() {
 
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://localhost');
-    requests.push({ method: req.method, path: url.pathname });
+    requests.push({ method: req.method, path: url.pathname, search: url.search });
     if (req.method === 'POST' && url.pathname === '/v1/telemetry') {
       const chunks = [];
       req.on('data', (c) => chunks.push(c));
@@ -93,7 +93,8 @@ export async function startServer() {
       res.writeHead(200, { 'content-type': TYPES['.js'], 'cache-control': 'no-store' }).end(fs.readFileSync(LOADER_PATH));
       return;
     }
-    const file = files.get(url.pathname);
+    const route = files.get(url.pathname);
+    const file = route?.handler ? { ...route, ...route.handler(url) } : route;
     if (!file) {
       res.writeHead(404, { 'content-type': 'text/plain' }).end(`not found: ${url.pathname}\n`);
       return;
@@ -104,7 +105,7 @@ export async function startServer() {
         'content-type': TYPES[path.extname(url.pathname)] ?? 'application/octet-stream',
         'cache-control': 'no-store',
         'access-control-allow-origin': '*',
-        'access-control-expose-headers': 'Kiln-Signature',
+        'access-control-expose-headers': 'Kiln-Signature, Kiln-Device-Class',
         ...file.headers,
       });
       res.end(file.body);
@@ -129,13 +130,23 @@ export async function startServer() {
       files.set(p, { body: typeof body === 'string' ? Buffer.from(body) : body, ...opts });
       return origin + p;
     },
-    // Serves a manifest at `p`, signed like Kiln does: `Kiln-Signature: keyid=<kid>, sig=<base64>`.
+    // Answers `p` with whatever handler(url) returns ({ body, headers, status }), per request.
+    route(p, handler) {
+      files.set(p, { handler });
+      return origin + p;
+    },
+    // A manifest's bytes and headers, signed like Kiln does: `Kiln-Signature: keyid=<kid>, sig=<base64>`.
     // key: 'good' | 'other'; corrupt: change the body after signing.
-    manifest(p, manifest, { key = 'good', corrupt = false, raw = null } = {}) {
+    signed(manifest, { key = 'good', corrupt = false, raw = null } = {}) {
       const body = Buffer.from(raw ?? JSON.stringify(manifest));
       const sig = crypto.sign(null, body, pairs[key].privateKey).toString('base64');
       const served = corrupt ? Buffer.from(body.toString().replace(/"sequence":(\d+)/, (_, n) => `"sequence":${Number(n) + 1000}`)) : body;
-      return this.set(p, served, { headers: { 'kiln-signature': `keyid=${keys[key].kid}, sig=${sig}` } });
+      return { body: served, headers: { 'kiln-signature': `keyid=${keys[key].kid}, sig=${sig}` } };
+    },
+    // Serves a signed manifest at `p`.
+    manifest(p, manifest, opts = {}) {
+      const { body, headers } = this.signed(manifest, opts);
+      return this.set(p, body, { headers });
     },
     requested(p) {
       return requests.some((r) => r.path === p);

@@ -95,12 +95,8 @@ pub async fn list(
         .into_iter()
         .map(|e| {
             let reports = e.hits + e.misses + e.fallbacks;
-            let bytes_saved = e.hits.saturating_mul(e.size);
-            let roi = if e.size > 0 {
-                bytes_saved as f64 / e.size as f64
-            } else {
-                0.0
-            };
+            let bytes_saved = kiln_common::dashboard::bytes_saved(&e);
+            let roi = kiln_common::dashboard::roi(&e);
             LibraryEntryView {
                 url: format!("{base}/cdn/{}", e.object_key),
                 id: e.sha256,

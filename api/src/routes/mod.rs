@@ -3,6 +3,7 @@
 
 pub mod builds;
 pub mod cdn;
+pub mod dashboard;
 pub mod library;
 pub mod ops;
 pub mod publishing;

@@ -1,10 +1,11 @@
-//! The signed per-game manifest and the public keys that verify it.
+//! The signed per-game manifest (also per device class) and the public keys that verify it.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use kiln_common::devices;
 use kiln_common::keys::SHORT_LIVED;
 use kiln_common::signing::{Jwk, ManifestSignature};
 use serde::Serialize;
@@ -18,19 +19,73 @@ pub struct Jwks {
     pub keys: Vec<Jwk>,
 }
 
-#[utoipa::path(get, path = "/v1/games/{game}/manifest",
-    description = "The live manifest's exact bytes. `Kiln-Signature: keyid=<kid>, sig=<base64 Ed25519 signature over the body>`; verify with `/v1/keys`.",
-    responses((status = 200, content_type = "application/json"), (status = 304), (status = 404, body = crate::error::ErrorBody)))]
+/// Who asks for the manifest: a device class, or a device descriptor to classify.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeviceQuery {
+    /// One of `ios-high`, `ios-low`, `android-high`, `android-mid`, `android-low`, `desktop`,
+    /// `unknown`.
+    pub device: Option<String>,
+    /// Without `device`: the descriptor the rule table classifies (`docs/telemetry.md`).
+    pub os: Option<String>,
+    pub os_version: Option<String>,
+    pub runtime: Option<String>,
+    pub model: Option<String>,
+    pub memory: Option<f64>,
+    pub cores: Option<u32>,
+}
+
+impl DeviceQuery {
+    fn class(&self) -> Result<Option<String>, ApiError> {
+        if let Some(class) = &self.device {
+            if !devices::CLASSES.contains(&class.as_str()) {
+                return Err(ApiError::bad_request(format!(
+                    "device class {class:?} is unknown; one of {}",
+                    devices::CLASSES.join(", ")
+                )));
+            }
+            return Ok(Some(class.clone()));
+        }
+        let descriptor = devices::Descriptor {
+            os: self.os.as_ref().map(|o| o.to_ascii_lowercase()),
+            os_version: self.os_version.clone(),
+            runtime: self.runtime.clone(),
+            model: self.model.clone(),
+            memory: self.memory,
+            cores: self.cores,
+        };
+        Ok((descriptor != devices::Descriptor::default())
+            .then(|| devices::classify(&descriptor).to_string()))
+    }
+}
+
+#[utoipa::path(get, path = "/v1/games/{game}/manifest", params(DeviceQuery),
+    description = "The live manifest's exact bytes. `Kiln-Signature: keyid=<kid>, sig=<base64 Ed25519 signature over the body>`; verify with `/v1/keys`. With `device=<class>` (or a device descriptor): the same release signed for that class, each model's `choice` (variant, reason, estimates) made from measured decode times; `Kiln-Device-Class` names the class. While a new release's class manifests are being signed, the base manifest is served with `Kiln-Variant-Choice: pending`.",
+    responses((status = 200, content_type = "application/json"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 pub async fn manifest(
     State(state): State<AppState>,
     Path(game): Path<String>,
+    Query(device): Query<DeviceQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let Some(row) = state.db.live_release(&game).await? else {
+    let class = device.class()?;
+    let Some(mut row) = state.db.live_release(&game).await? else {
         return Err(ApiError::not_found(format!(
             "game {game:?} has no published manifest"
         )));
     };
+    let mut pending = false;
+    if let Some(class) = &class {
+        match state.db.class_manifest(&game, row.sequence, class).await? {
+            Some(signed) => {
+                row.manifest_key = signed.manifest_key;
+                row.sha256 = signed.sha256;
+                row.kid = signed.kid;
+                row.signature = signed.signature;
+            }
+            None => pending = true,
+        }
+    }
     let signature = ManifestSignature {
         kid: row.kid.clone(),
         signature: base64::engine::general_purpose::STANDARD
@@ -56,8 +111,19 @@ pub async fn manifest(
     response_headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
     response_headers.insert(
         "access-control-expose-headers",
-        HeaderValue::from_static("Kiln-Signature, Kiln-Build-Id, ETag"),
+        HeaderValue::from_static(
+            "Kiln-Signature, Kiln-Build-Id, Kiln-Device-Class, Kiln-Variant-Choice, ETag",
+        ),
     );
+    if let Some(class) = &class {
+        response_headers.insert(
+            "kiln-device-class",
+            HeaderValue::from_str(class).expect("a class name"),
+        );
+    }
+    if pending {
+        response_headers.insert("kiln-variant-choice", HeaderValue::from_static("pending"));
+    }
     if crate::routes::cdn::etag_matches(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
     }

@@ -1,5 +1,6 @@
 //! `POST /v1/telemetry`: the loader's beacons. Validated per event (`kiln_common::telemetry`),
-//! limited per client, stored for the library's ROI and the dashboards.
+//! limited per client, counted in the metrics and queued for the batched writer
+//! (`crate::ingest`), which stores them with their hourly rollups.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -73,10 +74,11 @@ pub async fn preflight() -> Response {
 }
 
 #[utoipa::path(post, path = "/v1/telemetry",
-    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. 413 over the body limit, 429 over the per-client rate.",
-    request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array (docs/engines.md)"),
+    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. 413 over the body limit, 429 over the per-client rate, 503 while the ingest backlog is full. Accepted events are written in batches within `KILN_TELEMETRY_FLUSH_MS`.",
+    request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array of `preheat` and `decode` events (docs/telemetry.md)"),
     responses((status = 202, body = TelemetryAccepted), (status = 400, body = crate::error::ErrorBody),
-        (status = 413, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody)))]
+        (status = 413, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody, description = "the ingest backlog is full; nothing of the batch was kept")))]
 pub async fn ingest(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
@@ -144,14 +146,29 @@ pub async fn ingest(
             ));
         }
     };
-    state.db.insert_telemetry(&parsed.events).await?;
-    kiln_common::metrics::record_telemetry(&parsed.events, parsed.rejected.len());
+    let accepted = parsed.events.len();
+    let rejected = parsed.rejected.len();
+    if let Err(full) = state.ingest.reserve(accepted) {
+        kiln_common::metrics::TELEMETRY_EVENTS
+            .with_label_values(&["dropped"])
+            .inc_by(accepted as u64);
+        let mut response =
+            ApiError::unavailable(format!("{full}; try again later")).into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Ok(with_cors(response));
+    }
+    // Counted when queued, so the metrics don't wait for the batch write.
+    let known = state.ingest.known_games(&state.db, &parsed.events).await;
+    kiln_common::metrics::record_telemetry(&parsed.events, rejected, |g| known.contains(g));
+    state.ingest.send(kiln_common::db::now(), parsed.events);
     Ok(with_cors(
         (
             StatusCode::ACCEPTED,
             Json(TelemetryAccepted {
-                accepted: parsed.events.len(),
-                rejected: parsed.rejected.len(),
+                accepted,
+                rejected,
                 errors: parsed.rejected,
             }),
         )

@@ -290,6 +290,25 @@ impl Kiln {
 }
 
 /// The sample game (three.js installed from npm by its `npm install`), zipped.
+/// Polls `check` every 50 ms until it gives a value, for up to 20 s: for what Kiln does
+/// asynchronously (telemetry is written in batches, class manifests by workers).
+pub async fn eventually<T, Fut: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    check: impl Fn() -> Fut,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub fn sample_package() -> Vec<u8> {
     let dir = repo_root().join("examples/sample-game");
     npm_installed(&dir, "vendor/three.module.min.js", "install");

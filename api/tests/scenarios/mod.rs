@@ -10,7 +10,9 @@ use serde_json::Value;
 use crate::common::*;
 
 mod library;
+mod telemetry;
 pub use library::*;
+pub use telemetry::*;
 
 /// Upload → published → manifest verifies against /v1/keys → every file fetches with its hash.
 pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {

@@ -1,6 +1,6 @@
-//! The shared engine library's index and the loader's telemetry events.
+//! The shared engine library's index: entries, the builds that carry them, their reuse.
 
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row};
 
 use super::{Db, DbError, now};
 
@@ -27,40 +27,11 @@ pub struct LibraryRow {
     pub created_at: String,
     pub games: i64,
     pub builds: i64,
+    /// Games whose live release carries it.
+    pub live_games: i64,
     pub hits: i64,
     pub misses: i64,
     pub fallbacks: i64,
-}
-
-/// A validated loader event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TelemetryEvent {
-    pub kind: String,
-    pub game: String,
-    pub engine: Option<String>,
-    pub version: Option<String>,
-    pub outcome: Option<String>,
-    pub reason: Option<String>,
-    pub ms: Option<f64>,
-    pub prewarmed: Option<bool>,
-    pub device_class: Option<String>,
-    /// The device descriptor as sent (JSON), kept for the dashboards' raw views.
-    pub device: Option<String>,
-}
-
-/// A stored event, as the tests and dashboards read it back.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
-pub struct StoredEvent {
-    pub id: i64,
-    pub received_at: String,
-    pub kind: String,
-    pub game: String,
-    pub engine: Option<String>,
-    pub version: Option<String>,
-    pub outcome: Option<String>,
-    pub reason: Option<String>,
-    pub ms: Option<f64>,
-    pub device_class: Option<String>,
 }
 
 impl Db {
@@ -107,21 +78,46 @@ impl Db {
     /// Every entry, biggest first, with reuse counts and telemetry outcomes (matched by
     /// engine and version: what the loader reports).
     pub async fn library(&self) -> Result<Vec<LibraryRow>, DbError> {
-        Ok(sqlx::query_as::<_, LibraryRow>(
+        // Outcomes come from the hourly rollups, which outlive the raw events.
+        let outcome = |outcome: &str| {
+            format!(
+                "(SELECT CAST(COALESCE(SUM(p.count), 0) AS BIGINT) FROM preheat_hourly p \
+                 WHERE p.engine = e.engine AND p.version = e.version AND p.outcome = '{outcome}')"
+            )
+        };
+        let sql = format!(
             "SELECT e.sha256, e.engine, e.version, e.size, e.object_key, e.first_build_id, \
              e.created_at, \
              (SELECT COUNT(DISTINCT r.game) FROM library_refs r WHERE r.sha256 = e.sha256) AS games, \
              (SELECT COUNT(DISTINCT r.build_id) FROM library_refs r WHERE r.sha256 = e.sha256) AS builds, \
-             (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
-                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'hit') AS hits, \
-             (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
-                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'miss') AS misses, \
-             (SELECT COUNT(*) FROM telemetry_events t WHERE t.kind = 'preheat' \
-                AND t.engine = e.engine AND t.version = e.version AND t.outcome = 'fallback') AS fallbacks \
+             (SELECT COUNT(DISTINCT rel.game) FROM releases rel \
+                JOIN library_refs r ON r.build_id = rel.build_id WHERE r.sha256 = e.sha256 \
+                AND rel.sequence = (SELECT MAX(sequence) FROM releases WHERE game = rel.game)) \
+                AS live_games, \
+             {} AS hits, {} AS misses, {} AS fallbacks \
              FROM library_entries e ORDER BY e.size DESC, e.sha256",
+            outcome("hit"),
+            outcome("miss"),
+            outcome("fallback"),
+        );
+        Ok(sqlx::query_as::<_, LibraryRow>(AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// The entries a team's builds carry.
+    pub async fn library_shas_of_team(
+        &self,
+        team_id: &str,
+    ) -> Result<std::collections::HashSet<String>, DbError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT r.sha256 FROM library_refs r \
+             JOIN games g ON g.name = r.game WHERE g.team_id = $1",
         )
+        .bind(team_id)
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
     }
 
     /// Games whose live release carries the entry: while there is one, it must stay.
@@ -162,48 +158,5 @@ impl Db {
             .await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    // ---- telemetry ----
-
-    pub async fn insert_telemetry(&self, events: &[TelemetryEvent]) -> Result<(), DbError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.pool.begin().await?;
-        let at = now();
-        for e in events {
-            sqlx::query(
-                "INSERT INTO telemetry_events (received_at, kind, game, engine, version, outcome, \
-                 reason, ms, prewarmed, device_class, device) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(&at)
-            .bind(&e.kind)
-            .bind(&e.game)
-            .bind(&e.engine)
-            .bind(&e.version)
-            .bind(&e.outcome)
-            .bind(&e.reason)
-            .bind(e.ms)
-            .bind(e.prewarmed.map(i64::from))
-            .bind(&e.device_class)
-            .bind(&e.device)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// A game's events, oldest first.
-    pub async fn telemetry_for_game(&self, game: &str) -> Result<Vec<StoredEvent>, DbError> {
-        Ok(sqlx::query_as::<_, StoredEvent>(
-            "SELECT id, received_at, kind, game, engine, version, outcome, reason, ms, device_class \
-             FROM telemetry_events WHERE game = $1 ORDER BY id",
-        )
-        .bind(game)
-        .fetch_all(&self.pool)
-        .await?)
     }
 }

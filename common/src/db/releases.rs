@@ -34,6 +34,23 @@ pub struct ReleaseRequestRow {
     pub updated_at: String,
 }
 
+/// A live release signed again for one device class, each model's variant chosen for it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct ClassManifestRow {
+    pub game: String,
+    pub sequence: i64,
+    pub device_class: String,
+    pub manifest_key: String,
+    pub sha256: String,
+    pub kid: String,
+    pub signature: String,
+    /// JSON `[{asset, variant, reason, detail}]`.
+    pub choices: String,
+    pub created_at: String,
+}
+
+const CLASS_COLUMNS: &str =
+    "game, sequence, device_class, manifest_key, sha256, kid, signature, choices, created_at";
 const RELEASE_COLUMNS: &str = "game, sequence, build_id, manifest_key, sha256, kid, signature, \
     expires_at, reason, created_at";
 const REQUEST_COLUMNS: &str = "id, game, build_id, status, sequence, error, created_at, updated_at";
@@ -136,6 +153,101 @@ impl Db {
         .bind(before)
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    /// Every game's live release.
+    pub async fn live_releases(&self) -> Result<Vec<ReleaseRow>, DbError> {
+        Ok(sqlx::query_as::<_, ReleaseRow>(sqlx::AssertSqlSafe(format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases r \
+             WHERE r.sequence = (SELECT MAX(sequence) FROM releases WHERE game = r.game) \
+             ORDER BY r.game"
+        )))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    // ---- per-device-class manifests (decode-aware variants) ----
+
+    pub async fn class_manifest(
+        &self,
+        game: &str,
+        sequence: i64,
+        device_class: &str,
+    ) -> Result<Option<ClassManifestRow>, DbError> {
+        Ok(
+            sqlx::query_as::<_, ClassManifestRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {CLASS_COLUMNS} FROM class_manifests \
+             WHERE game = $1 AND sequence = $2 AND device_class = $3"
+            )))
+            .bind(game)
+            .bind(sequence)
+            .bind(device_class)
+            .fetch_optional(&self.pool)
+            .await?,
+        )
+    }
+
+    /// The class manifests of one release.
+    pub async fn class_manifests(
+        &self,
+        game: &str,
+        sequence: i64,
+    ) -> Result<Vec<ClassManifestRow>, DbError> {
+        Ok(
+            sqlx::query_as::<_, ClassManifestRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {CLASS_COLUMNS} FROM class_manifests WHERE game = $1 AND sequence = $2 \
+             ORDER BY device_class"
+            )))
+            .bind(game)
+            .bind(sequence)
+            .fetch_all(&self.pool)
+            .await?,
+        )
+    }
+
+    /// The class manifests of every live release (for the dashboards), one game or all.
+    pub async fn live_class_manifests(
+        &self,
+        game: Option<&str>,
+        team_id: Option<&str>,
+    ) -> Result<Vec<ClassManifestRow>, DbError> {
+        Ok(
+            sqlx::query_as::<_, ClassManifestRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {CLASS_COLUMNS} FROM class_manifests c \
+             WHERE c.sequence = (SELECT MAX(sequence) FROM releases WHERE game = c.game) \
+             AND ($1 = '' OR c.game = $1) \
+             AND ($2 = '' OR c.game IN (SELECT name FROM games WHERE team_id = $2)) \
+             ORDER BY c.game, c.device_class"
+            )))
+            .bind(game.unwrap_or(""))
+            .bind(team_id.unwrap_or(""))
+            .fetch_all(&self.pool)
+            .await?,
+        )
+    }
+
+    /// Stores (or replaces, when the choices changed) one class manifest.
+    pub async fn put_class_manifest(&self, row: &ClassManifestRow) -> Result<(), DbError> {
+        sqlx::query(
+            "INSERT INTO class_manifests (game, sequence, device_class, manifest_key, sha256, kid, \
+             signature, choices, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (game, sequence, device_class) DO UPDATE SET \
+             manifest_key = excluded.manifest_key, sha256 = excluded.sha256, kid = excluded.kid, \
+             signature = excluded.signature, choices = excluded.choices, \
+             created_at = excluded.created_at",
+        )
+        .bind(&row.game)
+        .bind(row.sequence)
+        .bind(&row.device_class)
+        .bind(&row.manifest_key)
+        .bind(&row.sha256)
+        .bind(&row.kid)
+        .bind(&row.signature)
+        .bind(&row.choices)
+        .bind(&row.created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     // ---- release requests (the API asks, a worker signs) ----

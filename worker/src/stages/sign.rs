@@ -6,7 +6,7 @@
 use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
     BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine, ManifestFile,
-    ManifestModel, ManifestVat, ModelVariant,
+    ManifestModel, ManifestVat, ModelVariant, VariantChoice,
 };
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde::Serialize;
@@ -92,6 +92,7 @@ pub fn run(
         created_at: identity.created_at.clone(),
         files,
         models,
+        device_class: None,
         engines: engines
             .iter()
             .filter_map(|e| {
@@ -144,6 +145,22 @@ pub fn release(
     let mut manifest = build_manifest.clone();
     manifest.sequence = Some(sequence);
     manifest.expires = Some(expires.to_string());
+    sign_manifest(manifest, signer)
+}
+
+/// A release re-decided for one device class: the same manifest (files, sequence, expiry)
+/// with `device_class` set and each model's `choice`, signed on its own.
+pub fn for_device_class(
+    release_manifest: &Manifest,
+    class: &str,
+    choices: &[VariantChoice],
+    signer: &ManifestSigner,
+) -> SignedManifest {
+    let mut manifest = release_manifest.clone();
+    manifest.device_class = Some(class.to_string());
+    for (model, choice) in manifest.models.iter_mut().zip(choices) {
+        model.choice = Some(choice.clone());
+    }
     sign_manifest(manifest, signer)
 }
 
@@ -200,5 +217,6 @@ fn model_entry(model: &ModelVariants, outputs: &[OutputFile], base: &str) -> Opt
         preferred,
         fallback: "quantized".into(),
         variants,
+        choice: None,
     })
 }

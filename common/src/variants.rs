@@ -1,0 +1,188 @@
+//! Decode-aware variants: for one device class, the variant of each model expected to be
+//! ready soonest — bytes over the class's assumed bandwidth plus the decode time measured on
+//! that class (p90) — or, with too few measurements, the default policy.
+
+use std::collections::HashMap;
+
+use crate::config::VariantsConfig;
+use crate::manifest::{ManifestModel, VariantChoice, VariantEstimate};
+
+/// Measured decodes of one game on one device class: (asset, variant) → (count, p90 ms).
+pub type DecodeStats = HashMap<(String, String), (u64, f64)>;
+
+/// Why a variant was chosen.
+pub const MEASURED: &str = "measured";
+pub const DEFAULT: &str = "default";
+pub const SLOW_CLASS: &str = "slow_class";
+
+/// The variant `class` should load for `model`, with the estimates behind it.
+pub fn choose(
+    model: &ManifestModel,
+    class: &str,
+    stats: &DecodeStats,
+    policy: &VariantsConfig,
+) -> VariantChoice {
+    let bandwidth = policy.bandwidth_of(class);
+    let estimates: Vec<VariantEstimate> = model
+        .variants
+        .iter()
+        .map(|v| {
+            let transfer_ms = (v.brotli_size as f64 / bandwidth * 1000.0).round() as u64;
+            let (samples, p90) = stats
+                .get(&(model.path.clone(), v.variant.clone()))
+                .copied()
+                .unwrap_or((0, 0.0));
+            let decode_p90_ms = (samples > 0).then(|| p90.round() as u64);
+            VariantEstimate {
+                variant: v.variant.clone(),
+                bytes: v.brotli_size,
+                transfer_ms,
+                decode_p90_ms,
+                samples,
+                total_ms: decode_p90_ms.map(|d| d + transfer_ms),
+            }
+        })
+        .collect();
+    let measured: Vec<&VariantEstimate> = estimates
+        .iter()
+        .filter(|e| e.samples >= policy.min_samples && e.total_ms.is_some())
+        .collect();
+    // Measurements decide once at least two variants can be compared.
+    if measured.len() >= 2 {
+        let best = measured
+            .iter()
+            .min_by_key(|e| (e.total_ms, e.bytes))
+            .expect("two or more");
+        let others: Vec<String> = measured
+            .iter()
+            .filter(|e| e.variant != best.variant)
+            .map(|e| format!("{} {} ms", e.variant, e.total_ms.unwrap_or(0)))
+            .collect();
+        return VariantChoice {
+            variant: best.variant.clone(),
+            reason: MEASURED.into(),
+            detail: format!(
+                "on {class}: {} ready in {} ms ({} ms transfer + p90 decode {} ms over {} decodes) vs {}",
+                best.variant,
+                best.total_ms.unwrap_or(0),
+                best.transfer_ms,
+                best.decode_p90_ms.unwrap_or(0),
+                best.samples,
+                others.join(", ")
+            ),
+            estimates,
+        };
+    }
+    let has = |name: &str| model.variants.iter().any(|v| v.variant == name);
+    let slow = policy.slow_classes.iter().any(|c| c == class);
+    let (variant, reason) = if slow && has("quantized") {
+        ("quantized".to_string(), SLOW_CLASS)
+    } else if has("meshopt") {
+        ("meshopt".to_string(), DEFAULT)
+    } else {
+        (model.preferred.clone(), DEFAULT)
+    };
+    let counts: Vec<String> = estimates
+        .iter()
+        .map(|e| format!("{} {}", e.variant, e.samples))
+        .collect();
+    VariantChoice {
+        detail: format!(
+            "{}: too few decodes measured on {class} ({}; {} per variant needed for two variants)",
+            if reason == SLOW_CLASS {
+                "slow class default"
+            } else {
+                "default"
+            },
+            counts.join(", "),
+            policy.min_samples
+        ),
+        variant,
+        reason: reason.into(),
+        estimates,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::ModelVariant;
+
+    fn model() -> ManifestModel {
+        let variant = |name: &str, brotli_size: u64| ModelVariant {
+            variant: name.into(),
+            path: format!("m.{name}.glb"),
+            url: String::new(),
+            size: brotli_size * 2,
+            brotli_size,
+            needs_decoder: name == "meshopt",
+        };
+        ManifestModel {
+            path: "m.glb".into(),
+            preferred: "meshopt".into(),
+            fallback: "quantized".into(),
+            variants: vec![
+                variant("meshopt", 100_000),
+                variant("quantized", 150_000),
+                variant("original", 400_000),
+            ],
+            choice: None,
+        }
+    }
+
+    fn stats(entries: &[(&str, u64, f64)]) -> DecodeStats {
+        entries
+            .iter()
+            .map(|(v, n, p90)| (("m.glb".to_string(), v.to_string()), (*n, *p90)))
+            .collect()
+    }
+
+    #[test]
+    fn measurements_pick_the_variant_ready_soonest() {
+        let policy = VariantsConfig::default();
+        // android-low: 500 kB/s → meshopt 200 ms + 400 ms decode; quantized 300 ms + 20 ms.
+        let slow_decoder = stats(&[("meshopt", 50, 400.0), ("quantized", 30, 20.0)]);
+        let c = choose(&model(), "android-low", &slow_decoder, &policy);
+        assert_eq!(
+            (c.variant.as_str(), c.reason.as_str()),
+            ("quantized", MEASURED)
+        );
+        assert_eq!(c.estimates[0].total_ms, Some(600));
+        assert_eq!(c.estimates[1].total_ms, Some(320));
+        assert!(
+            c.detail.contains("quantized ready in 320 ms"),
+            "{}",
+            c.detail
+        );
+        // desktop: 5 MB/s → meshopt 20 + 5, quantized 30 + 3.
+        let fast = stats(&[("meshopt", 50, 5.0), ("quantized", 30, 3.0)]);
+        let c = choose(&model(), "desktop", &fast, &policy);
+        assert_eq!(
+            (c.variant.as_str(), c.reason.as_str()),
+            ("meshopt", MEASURED)
+        );
+    }
+
+    #[test]
+    fn too_little_data_falls_back_to_the_policy() {
+        let policy = VariantsConfig::default();
+        let few = stats(&[("meshopt", 50, 400.0), ("quantized", 19, 20.0)]);
+        let c = choose(&model(), "android-low", &few, &policy);
+        assert_eq!(
+            (c.variant.as_str(), c.reason.as_str()),
+            ("quantized", SLOW_CLASS)
+        );
+        let c = choose(&model(), "android-mid", &few, &policy);
+        assert_eq!(
+            (c.variant.as_str(), c.reason.as_str()),
+            ("meshopt", DEFAULT)
+        );
+        assert!(c.detail.contains("quantized 19"), "{}", c.detail);
+        // A model without a meshopt variant keeps its preferred one.
+        let mut plain = model();
+        plain.variants.retain(|v| v.variant != "meshopt");
+        plain.preferred = "quantized".into();
+        let c = choose(&plain, "desktop", &DecodeStats::new(), &policy);
+        assert_eq!(c.variant, "quantized");
+    }
+}
