@@ -287,6 +287,12 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
     println!("\nplay it:        {base}/play/{game}/");
     println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");
     println!("metrics:        {base}/metrics     API: {base}/v1/openapi.json");
+    println!(
+        "dashboard:      {base}/dashboard#token={token}   (pre-warm, decode, library, pipeline)"
+    );
+    println!(
+        "per device:     {base}/v1/games/{game}/manifest?device=android-low   (variant chosen for low-end Android)"
+    );
     println!("================================================================\n");
     Ok(())
 }

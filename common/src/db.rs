@@ -242,6 +242,10 @@ impl Db {
         Ok(Self { pool, queue })
     }
 
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self.queue, QueuePool::Sqlite(_))
+    }
+
     pub async fn ping(&self) -> Result<(), DbError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

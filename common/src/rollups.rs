@@ -52,7 +52,7 @@ pub fn hour_of(timestamp: &str) -> String {
     format!("{}:00:00Z", &timestamp[..13.min(timestamp.len())])
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PreheatKey {
     pub hour: String,
     pub game: String,
@@ -64,7 +64,7 @@ pub struct PreheatKey {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DecodeKey {
     pub hour: String,
     pub game: String,
@@ -76,7 +76,7 @@ pub struct DecodeKey {
 
 /// Which sketch a latency belongs to: pre-warm (`subject` = engine, `facet` = outcome) or
 /// decode (`subject` = asset, `facet` = variant).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LatencyKey {
     pub hour: String,
     pub kind: &'static str,

@@ -12,6 +12,8 @@ ALTER TABLE telemetry_events ADD COLUMN runtime TEXT;
 -- The raw model stays here; only its class goes into rollups and metric labels.
 ALTER TABLE telemetry_events ADD COLUMN device_model TEXT;
 CREATE INDEX telemetry_events_received ON telemetry_events (received_at);
+-- The library's outcomes now come from the rollups; one index less to keep on every insert.
+DROP INDEX telemetry_events_engine;
 
 -- Pre-warm outcomes per hour × game × engine version × device class × outcome × reason.
 CREATE TABLE preheat_hourly (

@@ -99,6 +99,7 @@ async fn start_server(postgres: Option<&str>) -> anyhow::Result<Server> {
         .env("KILN_TELEMETRY_RATE_PER_MINUTE", "100000000")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("kiln-api.log"))?)
         .spawn()?;
     Ok(Server {
         child,
@@ -165,6 +166,9 @@ struct RowResult {
     p99_ms: f64,
     stored: i64,
     drain_seconds: f64,
+    /// The writer's batches and the time it spent writing them.
+    writes: f64,
+    write_seconds: f64,
 }
 
 async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<RowResult> {
@@ -173,7 +177,7 @@ async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<R
         .build()?;
     wait_ready(&client, &server.url).await?;
     let db = Db::connect(&server.database_url, 2).await?;
-    let before = db.count_telemetry_events().await?;
+    let before = db.last_telemetry_id().await?;
     let requests_per_second = (args.rate as f64 / batch as f64).max(1.0);
     let total_requests = (requests_per_second * args.seconds as f64) as usize;
     let interval = Duration::from_secs_f64(1.0 / requests_per_second);
@@ -224,12 +228,26 @@ async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<R
     let drain = Instant::now();
     let mut stored = 0;
     while drain.elapsed() < Duration::from_secs(120) {
-        stored = db.count_telemetry_events().await? - before;
+        stored = db.last_telemetry_id().await? - before;
         if stored >= accepted as i64 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let metrics = client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let value = |series: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let writes = value("kiln_telemetry_write_duration_seconds_count");
+    let write_seconds = value("kiln_telemetry_write_duration_seconds_sum");
     Ok(RowResult {
         accepted_events: accepted,
         failed_requests: failed,
@@ -238,6 +256,8 @@ async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<R
         p99_ms: pick(0.99),
         stored,
         drain_seconds: drain.elapsed().as_secs_f64(),
+        writes,
+        write_seconds,
     })
 }
 
@@ -249,9 +269,9 @@ async fn main() -> anyhow::Result<()> {
         args.rate, args.seconds, args.connections
     );
     println!(
-        "| database | events/beacon | offered ev/s | accepted ev/s | × 50 000 | p50 ms | p99 ms | 50 ms ÷ p99 | failed requests | stored / accepted | drained after |"
+        "| database | events/beacon | offered ev/s | accepted ev/s | × 50 000 | p50 ms | p99 ms | 50 ms ÷ p99 | failed requests | written ev/s | × 50 000 | stored / accepted | caught up after | writer batches, mean ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut backends: Vec<(&str, Option<String>)> = vec![("SQLite (embedded)", None)];
     if let Some(url) = &args.postgres {
         backends.push(("PostgreSQL", Some(url.clone())));
@@ -271,8 +291,10 @@ async fn main() -> anyhow::Result<()> {
             }
             let r = r?;
             let rate = r.accepted_events as f64 / r.seconds;
+            // Sustained: everything stored, over the load plus the time the writer needed after.
+            let written = r.stored as f64 / (r.seconds + r.drain_seconds);
             println!(
-                "| {name} | {batch} | {} | {:.0} | {:.2} | {:.1} | {:.1} | {:.2} | {} | {} / {} | {:.2} s |",
+                "| {name} | {batch} | {} | {:.0} | {:.2} | {:.1} | {:.1} | {:.2} | {} | {:.0} | {:.2} | {} / {} | {:.2} s | {:.0}, {:.1} |",
                 args.rate,
                 rate,
                 rate / TARGET_EVENTS_PER_SECOND,
@@ -280,12 +302,18 @@ async fn main() -> anyhow::Result<()> {
                 r.p99_ms,
                 TARGET_P99_MS / r.p99_ms,
                 r.failed_requests,
+                written,
+                written / TARGET_EVENTS_PER_SECOND,
                 r.stored,
                 r.accepted_events,
                 r.drain_seconds,
+                r.writes,
+                r.write_seconds * 1000.0 / r.writes.max(1.0),
             );
         }
     }
-    println!("\n× 50 000 and 50 ms ÷ p99 at or above 1.00 meet the target.");
+    println!(
+        "\naccepted ev/s: beacons answered 202 (the API side); written ev/s: events stored in the database over the load and the time the writer needed to catch up after it (caught up after: about one flush interval plus one write when the writer keeps up; it grows with the run's length when it does not). × 50 000 and 50 ms ÷ p99 at or above 1.00 meet the target."
+    );
     Ok(())
 }

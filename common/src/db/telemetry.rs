@@ -1,6 +1,7 @@
 //! Loader telemetry: raw events, their hourly rollups and latency sketches, pruning, and the
 //! reads the dashboards and the variant choices make.
 
+use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Row};
 
 use super::{Db, DbError};
@@ -107,170 +108,261 @@ pub struct RollupFilter {
     pub team_id: Option<String>,
 }
 
-const EVENT_COLUMNS: &[&str] = &[
-    "received_at",
-    "kind",
-    "game",
-    "engine",
-    "version",
-    "outcome",
-    "reason",
-    "ms",
-    "prewarmed",
-    "asset",
-    "variant",
-    "decoder",
-    "bytes",
-    "fallback",
-    "device_class",
-    "os",
-    "runtime",
-    "device_model",
-    "device",
-];
-
-/// `($1, $2, …), ($n+1, …)` for `rows` rows of `columns` values.
-fn placeholders(rows: usize, columns: usize) -> String {
-    (0..rows)
-        .map(|r| {
-            let values: Vec<String> = (1..=columns)
-                .map(|c| format!("${}", r * columns + c))
-                .collect();
-            format!("({})", values.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+/// A table written from JSON arrays: its columns with the type PostgreSQL reads each as
+/// (SQLite takes JSON's own types), and what an existing row does with a new one.
+struct JsonTable {
+    name: &'static str,
+    columns: &'static [(&'static str, &'static str)],
+    on_conflict: &'static str,
 }
 
-/// Rows per multi-row statement: under SQLite's 32 766 and PostgreSQL's 65 535 parameters.
-const ROWS_PER_STATEMENT: usize = 1000;
+const TEXT: &str = "text";
+const BIGINT: &str = "bigint";
+const DOUBLE: &str = "double precision";
+
+const EVENTS: JsonTable = JsonTable {
+    name: "telemetry_events",
+    columns: &[
+        ("received_at", TEXT),
+        ("kind", TEXT),
+        ("game", TEXT),
+        ("engine", TEXT),
+        ("version", TEXT),
+        ("outcome", TEXT),
+        ("reason", TEXT),
+        ("ms", DOUBLE),
+        ("prewarmed", BIGINT),
+        ("asset", TEXT),
+        ("variant", TEXT),
+        ("decoder", TEXT),
+        ("bytes", BIGINT),
+        ("fallback", BIGINT),
+        ("device_class", TEXT),
+        ("os", TEXT),
+        ("runtime", TEXT),
+        ("device_model", TEXT),
+        ("device", TEXT),
+    ],
+    on_conflict: "",
+};
+
+const PREHEAT_HOURLY: JsonTable = JsonTable {
+    name: "preheat_hourly",
+    columns: &[
+        ("hour", TEXT),
+        ("game", TEXT),
+        ("engine", TEXT),
+        ("version", TEXT),
+        ("device_class", TEXT),
+        ("outcome", TEXT),
+        ("reason", TEXT),
+        ("count", BIGINT),
+        ("bytes", BIGINT),
+        ("ms_sum", DOUBLE),
+    ],
+    on_conflict: "ON CONFLICT (hour, game, engine, version, device_class, outcome, reason) \
+        DO UPDATE SET count = preheat_hourly.count + excluded.count, \
+        bytes = preheat_hourly.bytes + excluded.bytes, \
+        ms_sum = preheat_hourly.ms_sum + excluded.ms_sum",
+};
+
+const DECODE_HOURLY: JsonTable = JsonTable {
+    name: "decode_hourly",
+    columns: &[
+        ("hour", TEXT),
+        ("game", TEXT),
+        ("asset", TEXT),
+        ("variant", TEXT),
+        ("decoder", TEXT),
+        ("device_class", TEXT),
+        ("count", BIGINT),
+        ("fallbacks", BIGINT),
+        ("bytes", BIGINT),
+        ("ms_sum", DOUBLE),
+    ],
+    on_conflict: "ON CONFLICT (hour, game, asset, variant, decoder, device_class) \
+        DO UPDATE SET count = decode_hourly.count + excluded.count, \
+        fallbacks = decode_hourly.fallbacks + excluded.fallbacks, \
+        bytes = decode_hourly.bytes + excluded.bytes, \
+        ms_sum = decode_hourly.ms_sum + excluded.ms_sum",
+};
+
+const LATENCY_BUCKETS: JsonTable = JsonTable {
+    name: "latency_buckets",
+    columns: &[
+        ("hour", TEXT),
+        ("kind", TEXT),
+        ("game", TEXT),
+        ("subject", TEXT),
+        ("facet", TEXT),
+        ("device_class", TEXT),
+        ("bucket", BIGINT),
+        ("count", BIGINT),
+    ],
+    on_conflict: "ON CONFLICT (hour, kind, game, subject, facet, device_class, bucket) \
+        DO UPDATE SET count = latency_buckets.count + excluded.count",
+};
+
+/// Rows per JSON-array statement.
+const ROWS_PER_STATEMENT: usize = 5000;
+
+/// One raw event as the JSON array `EVENTS` reads, in its column order.
+fn event_row(received_at: &str, e: &TelemetryEvent) -> Value {
+    json!([
+        received_at,
+        e.kind,
+        e.game,
+        e.engine,
+        e.version,
+        e.outcome,
+        e.reason,
+        e.ms,
+        e.prewarmed.map(i64::from),
+        e.asset,
+        e.variant,
+        e.decoder,
+        e.bytes,
+        e.fallback.map(i64::from),
+        e.device_class,
+        e.os,
+        e.runtime,
+        e.device_model,
+        e.device,
+    ])
+}
 
 /// The `WHERE` of a rollup query: `$1` from, `$2` to, `$3` game or '', `$4` team or ''.
 const ROLLUP_WHERE: &str = "hour >= $1 AND hour < $2 AND ($3 = '' OR game = $3) \
     AND ($4 = '' OR game IN (SELECT name FROM games WHERE team_id = $4))";
 
 impl Db {
+    /// `INSERT … SELECT` from the JSON array of rows in `$1`, in each database's dialect.
+    /// One parameter per statement instead of one per value: binding thousands of
+    /// parameters costs more than the database's own JSON unpacking.
+    fn json_insert(&self, table: &JsonTable) -> String {
+        let columns: Vec<&str> = table.columns.iter().map(|(c, _)| *c).collect();
+        let (values, source): (Vec<String>, &str) = if self.is_sqlite() {
+            let values = (0..columns.len())
+                .map(|i| format!("value ->> {i}"))
+                .collect();
+            // `WHERE true`: SQLite's parser needs it between a SELECT and ON CONFLICT.
+            (values, "json_each($1) WHERE true")
+        } else {
+            let values = table
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, (_, ty))| format!("(r ->> {i})::{ty}"))
+                .collect();
+            (values, "jsonb_array_elements($1::jsonb) AS r")
+        };
+        format!(
+            "INSERT INTO {} ({}) SELECT {} FROM {source} {}",
+            table.name,
+            columns.join(", "),
+            values.join(", "),
+            table.on_conflict
+        )
+    }
+
+    async fn insert_json_rows(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        table: &JsonTable,
+        rows: &[Value],
+    ) -> Result<(), DbError> {
+        let sql = self.json_insert(table);
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            sqlx::query(AssertSqlSafe(sql.clone()))
+                .bind(Value::Array(chunk.to_vec()).to_string())
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Writes received events and what they add to the rollups, in one transaction: a
-    /// failure leaves neither, so the caller can retry the whole batch.
+    /// failure leaves neither, so the caller can retry the whole batch. Rollup rows are
+    /// upserted in key order, so two API processes writing the same hour can't deadlock.
     pub async fn write_telemetry(
         &self,
         batches: &[(String, Vec<TelemetryEvent>)],
         rollup: &Rollup,
     ) -> Result<(), DbError> {
         let mut tx = self.pool.begin().await?;
-        let rows: Vec<(&String, &TelemetryEvent)> = batches
+        if !self.is_sqlite() {
+            // Telemetry may lose its last moments in a database crash (never consistency):
+            // the commit need not wait for the WAL flush.
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let events: Vec<Value> = batches
             .iter()
-            .flat_map(|(at, events)| events.iter().map(move |e| (at, e)))
+            .flat_map(|(at, events)| events.iter().map(move |e| event_row(at, e)))
             .collect();
-        for chunk in rows.chunks(ROWS_PER_STATEMENT / 2) {
-            let sql = format!(
-                "INSERT INTO telemetry_events ({}) VALUES {}",
-                EVENT_COLUMNS.join(", "),
-                placeholders(chunk.len(), EVENT_COLUMNS.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (at, e) in chunk {
-                query = query
-                    .bind(*at)
-                    .bind(&e.kind)
-                    .bind(&e.game)
-                    .bind(&e.engine)
-                    .bind(&e.version)
-                    .bind(&e.outcome)
-                    .bind(&e.reason)
-                    .bind(e.ms)
-                    .bind(e.prewarmed.map(i64::from))
-                    .bind(&e.asset)
-                    .bind(&e.variant)
-                    .bind(&e.decoder)
-                    .bind(e.bytes)
-                    .bind(e.fallback.map(i64::from))
-                    .bind(&e.device_class)
-                    .bind(&e.os)
-                    .bind(&e.runtime)
-                    .bind(&e.device_model)
-                    .bind(&e.device);
-            }
-            query.execute(&mut *tx).await?;
-        }
-        let preheat: Vec<_> = rollup.preheat.iter().collect();
-        for chunk in preheat.chunks(ROWS_PER_STATEMENT / 4) {
-            let sql = format!(
-                "INSERT INTO preheat_hourly (hour, game, engine, version, device_class, outcome, \
-                 reason, count, bytes, ms_sum) VALUES {} \
-                 ON CONFLICT (hour, game, engine, version, device_class, outcome, reason) DO UPDATE \
-                 SET count = preheat_hourly.count + excluded.count, \
-                 bytes = preheat_hourly.bytes + excluded.bytes, \
-                 ms_sum = preheat_hourly.ms_sum + excluded.ms_sum",
-                placeholders(chunk.len(), 10)
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (k, s) in chunk {
-                query = query
-                    .bind(&k.hour)
-                    .bind(&k.game)
-                    .bind(&k.engine)
-                    .bind(&k.version)
-                    .bind(&k.device_class)
-                    .bind(&k.outcome)
-                    .bind(&k.reason)
-                    .bind(s.count)
-                    .bind(s.bytes)
-                    .bind(s.ms_sum);
-            }
-            query.execute(&mut *tx).await?;
-        }
-        let decode: Vec<_> = rollup.decode.iter().collect();
-        for chunk in decode.chunks(ROWS_PER_STATEMENT / 4) {
-            let sql = format!(
-                "INSERT INTO decode_hourly (hour, game, asset, variant, decoder, device_class, \
-                 count, fallbacks, bytes, ms_sum) VALUES {} \
-                 ON CONFLICT (hour, game, asset, variant, decoder, device_class) DO UPDATE \
-                 SET count = decode_hourly.count + excluded.count, \
-                 fallbacks = decode_hourly.fallbacks + excluded.fallbacks, \
-                 bytes = decode_hourly.bytes + excluded.bytes, \
-                 ms_sum = decode_hourly.ms_sum + excluded.ms_sum",
-                placeholders(chunk.len(), 10)
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (k, s) in chunk {
-                query = query
-                    .bind(&k.hour)
-                    .bind(&k.game)
-                    .bind(&k.asset)
-                    .bind(&k.variant)
-                    .bind(&k.decoder)
-                    .bind(&k.device_class)
-                    .bind(s.count)
-                    .bind(s.fallbacks)
-                    .bind(s.bytes)
-                    .bind(s.ms_sum);
-            }
-            query.execute(&mut *tx).await?;
-        }
-        let latency: Vec<_> = rollup.latency.iter().collect();
-        for chunk in latency.chunks(ROWS_PER_STATEMENT / 4) {
-            let sql = format!(
-                "INSERT INTO latency_buckets (hour, kind, game, subject, facet, device_class, \
-                 bucket, count) VALUES {} \
-                 ON CONFLICT (hour, kind, game, subject, facet, device_class, bucket) DO UPDATE \
-                 SET count = latency_buckets.count + excluded.count",
-                placeholders(chunk.len(), 8)
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (k, n) in chunk {
-                query = query
-                    .bind(&k.hour)
-                    .bind(k.kind)
-                    .bind(&k.game)
-                    .bind(&k.subject)
-                    .bind(&k.facet)
-                    .bind(&k.device_class)
-                    .bind(i64::from(k.bucket))
-                    .bind(**n);
-            }
-            query.execute(&mut *tx).await?;
-        }
+        self.insert_json_rows(&mut tx, &EVENTS, &events).await?;
+        let mut preheat: Vec<_> = rollup.preheat.iter().collect();
+        preheat.sort_by(|a, b| a.0.cmp(b.0));
+        let preheat: Vec<Value> = preheat
+            .into_iter()
+            .map(|(k, s)| {
+                json!([
+                    k.hour,
+                    k.game,
+                    k.engine,
+                    k.version,
+                    k.device_class,
+                    k.outcome,
+                    k.reason,
+                    s.count,
+                    s.bytes,
+                    s.ms_sum
+                ])
+            })
+            .collect();
+        self.insert_json_rows(&mut tx, &PREHEAT_HOURLY, &preheat)
+            .await?;
+        let mut decode: Vec<_> = rollup.decode.iter().collect();
+        decode.sort_by(|a, b| a.0.cmp(b.0));
+        let decode: Vec<Value> = decode
+            .into_iter()
+            .map(|(k, s)| {
+                json!([
+                    k.hour,
+                    k.game,
+                    k.asset,
+                    k.variant,
+                    k.decoder,
+                    k.device_class,
+                    s.count,
+                    s.fallbacks,
+                    s.bytes,
+                    s.ms_sum
+                ])
+            })
+            .collect();
+        self.insert_json_rows(&mut tx, &DECODE_HOURLY, &decode)
+            .await?;
+        let mut latency: Vec<_> = rollup.latency.iter().collect();
+        latency.sort_by(|a, b| a.0.cmp(b.0));
+        let latency: Vec<Value> = latency
+            .into_iter()
+            .map(|(k, n)| {
+                json!([
+                    k.hour,
+                    k.kind,
+                    k.game,
+                    k.subject,
+                    k.facet,
+                    k.device_class,
+                    k.bucket,
+                    n
+                ])
+            })
+            .collect();
+        self.insert_json_rows(&mut tx, &LATENCY_BUCKETS, &latency)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -323,11 +415,15 @@ impl Db {
         .await?)
     }
 
-    pub async fn count_telemetry_events(&self) -> Result<i64, DbError> {
-        Ok(sqlx::query("SELECT COUNT(*) FROM telemetry_events")
-            .fetch_one(&self.pool)
-            .await?
-            .get::<i64, _>(0))
+    /// The newest raw event's id (0 when none): ids only grow, so the difference between two
+    /// readings is how many events were written in between (without counting the table).
+    pub async fn last_telemetry_id(&self) -> Result<i64, DbError> {
+        Ok(
+            sqlx::query("SELECT COALESCE(MAX(id), 0) FROM telemetry_events")
+                .fetch_one(&self.pool)
+                .await?
+                .get::<i64, _>(0),
+        )
     }
 
     pub async fn preheat_rollups(
