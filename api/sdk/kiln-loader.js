@@ -500,7 +500,10 @@
     var k = mkey(path);
     return settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); }).then(function (e) {
       if (!e) throw fail('error', 'unknown model ' + path);
-      var m = e.m, first = variant(m, o.variant || (m.choice && m.choice.variant) || m.preferred) || variant(m, m.preferred);
+      var m = e.m, c = m.choice, pick = o.variant || (c && c.variant) || m.preferred;
+      // A few loads try the candidate the class has too few measurements of (choice.explore).
+      if (!o.variant && c && c.explore && variant(m, c.explore.variant) && Math.random() * 1000 < c.explore.per_mille) pick = c.explore.variant;
+      var first = variant(m, pick) || variant(m, m.preferred);
       if (!first) throw fail('error', 'no variant of ' + path);
       function report(r) {
         if (r.ms != null || r.fallback) {

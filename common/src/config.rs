@@ -294,6 +294,9 @@ pub struct VariantsConfig {
     pub window_hours: u64,
     /// How often workers re-decide and re-sign the per-class manifests.
     pub refresh_secs: u64,
+    /// Per mille of loads that try the other candidate (`meshopt` or `quantized`) while it
+    /// has too few measurements on a class; 0 turns exploring off.
+    pub explore_per_mille: u32,
 }
 
 impl Default for VariantsConfig {
@@ -316,6 +319,7 @@ impl Default for VariantsConfig {
             min_samples: 20,
             window_hours: 24 * 7,
             refresh_secs: 60,
+            explore_per_mille: 50,
         }
     }
 }
@@ -521,6 +525,9 @@ impl Config {
             "KILN_VARIANT_MIN_SAMPLES" => self.variants.min_samples = num()?.max(1),
             "KILN_VARIANT_WINDOW_HOURS" => self.variants.window_hours = num()?.max(1),
             "KILN_VARIANT_REFRESH_SECS" => self.variants.refresh_secs = num()?.max(1),
+            "KILN_VARIANT_EXPLORE_PER_MILLE" => {
+                self.variants.explore_per_mille = num()?.min(1000) as u32
+            }
             "KILN_ANIMATION_TOLERANCE" => self.animation.tolerance = positive()?,
             "KILN_ANIMATION_TOLERANCE_ABS" => self.animation.tolerance_abs = non_negative()?,
             "KILN_ANIMATION_ROTATION_BITS" => {

@@ -99,6 +99,17 @@ pub struct VariantChoice {
     pub reason: String,
     pub detail: String,
     pub estimates: Vec<VariantEstimate>,
+    /// While a candidate lacks measurements on this class: the share of loads (0–1) that
+    /// should use it instead, so its decode time gets measured. Absent once both are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explore: Option<Exploration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exploration {
+    pub variant: String,
+    /// Per mille of loads, so the manifest stays exact (no floats).
+    pub per_mille: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

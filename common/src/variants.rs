@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::config::VariantsConfig;
-use crate::manifest::{ManifestModel, VariantChoice, VariantEstimate};
+use crate::manifest::{Exploration, ManifestModel, VariantChoice, VariantEstimate};
 
 /// Measured decodes of one game on one device class: (asset, variant) → (count, p90 ms).
 pub type DecodeStats = HashMap<(String, String), (u64, f64)>;
@@ -59,6 +59,7 @@ pub fn choose(
             .map(|e| format!("{} {} ms", e.variant, e.total_ms.unwrap_or(0)))
             .collect();
         return VariantChoice {
+            explore: exploration(model, &best.variant, &estimates, policy),
             variant: best.variant.clone(),
             reason: MEASURED.into(),
             detail: format!(
@@ -87,6 +88,7 @@ pub fn choose(
         .map(|e| format!("{} {}", e.variant, e.samples))
         .collect();
     VariantChoice {
+        explore: exploration(model, &variant, &estimates, policy),
         detail: format!(
             "{}: too few decodes measured on {class} ({}; {} per variant needed for two variants)",
             if reason == SLOW_CLASS {
@@ -101,6 +103,30 @@ pub fn choose(
         reason: reason.into(),
         estimates,
     }
+}
+
+/// Which other candidate a few loads should try so it gets measured on this class: without
+/// it, a class served `meshopt` would never time `quantized` (and the reverse), and
+/// measurements could never decide. `original` is not tried: it is the largest download.
+fn exploration(
+    model: &ManifestModel,
+    chosen: &str,
+    estimates: &[VariantEstimate],
+    policy: &VariantsConfig,
+) -> Option<Exploration> {
+    if policy.explore_per_mille == 0 {
+        return None;
+    }
+    estimates
+        .iter()
+        .filter(|e| e.variant != chosen && ["meshopt", "quantized"].contains(&e.variant.as_str()))
+        .filter(|e| e.samples < policy.min_samples)
+        .filter(|e| model.variants.iter().any(|v| v.variant == e.variant))
+        .min_by_key(|e| e.samples)
+        .map(|e| Exploration {
+            variant: e.variant.clone(),
+            per_mille: policy.explore_per_mille,
+        })
 }
 
 #[cfg(test)]
@@ -161,6 +187,7 @@ mod tests {
             (c.variant.as_str(), c.reason.as_str()),
             ("meshopt", MEASURED)
         );
+        assert_eq!(c.explore, None, "both measured");
     }
 
     #[test]
@@ -172,11 +199,24 @@ mod tests {
             (c.variant.as_str(), c.reason.as_str()),
             ("quantized", SLOW_CLASS)
         );
+        // meshopt is measured enough: nothing to explore.
+        assert_eq!(c.explore, None);
         let c = choose(&model(), "android-mid", &few, &policy);
         assert_eq!(
             (c.variant.as_str(), c.reason.as_str()),
             ("meshopt", DEFAULT)
         );
+        // quantized has 19 of 20 decodes: 5 % of loads try it.
+        let explore = c.explore.as_ref().unwrap();
+        assert_eq!(
+            (explore.variant.as_str(), explore.per_mille),
+            ("quantized", 50)
+        );
+        let off = VariantsConfig {
+            explore_per_mille: 0,
+            ..VariantsConfig::default()
+        };
+        assert_eq!(choose(&model(), "android-mid", &few, &off).explore, None);
         assert!(c.detail.contains("quantized 19"), "{}", c.detail);
         // A model without a meshopt variant keeps its preferred one.
         let mut plain = model();

@@ -172,6 +172,7 @@ fn choice_summary(manifest: &Manifest, choices: &[VariantChoice]) -> serde_json:
             .map(|(model, c)| {
                 serde_json::json!({
                     "asset": model.path, "variant": c.variant, "reason": c.reason, "detail": c.detail,
+                    "explore": c.explore.as_ref().map(|e| &e.variant),
                 })
             })
             .collect(),
@@ -179,16 +180,14 @@ fn choice_summary(manifest: &Manifest, choices: &[VariantChoice]) -> serde_json:
 }
 
 /// Whether two summaries decide the same (the numbers in `detail` move with every beacon;
-/// a class manifest is signed again only when a variant or its reason changes).
+/// a class manifest is signed again only when a variant, its reason or what to explore
+/// changes).
 fn same_decisions(stored: &str, summary: &serde_json::Value) -> bool {
-    let decisions = |v: &serde_json::Value| -> Vec<(String, String, String)> {
+    let decisions = |v: &serde_json::Value| -> Vec<[String; 4]> {
         v.as_array()
             .into_iter()
             .flatten()
-            .map(|c| {
-                let field = |k: &str| c[k].as_str().unwrap_or("").to_string();
-                (field("asset"), field("variant"), field("reason"))
-            })
+            .map(|c| ["asset", "variant", "reason", "explore"].map(|k| c[k].to_string()))
             .collect()
     };
     serde_json::from_str::<serde_json::Value>(stored)

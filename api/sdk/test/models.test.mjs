@@ -266,6 +266,18 @@ describe('kiln.model', () => {
     assertEvent(m.events[0], 'mchoice', { variant: 'quantized', decoder: 'none', bytes: 15, fallback: false, reason: null }, m.device);
   });
 
+  it('choice.explore: the share of loads it names (per mille) tries the other variant; options.variant still wins', async () => {
+    const exploring = (perMille) => ({ game: { choice: { variant: 'quantized', reason: 'slow_class', detail: '', estimates: [], explore: { variant: 'meshopt', per_mille: perMille } } } });
+    const every = await loadModel('mexplore', { config: exploring(1000) });
+    assert.equal(every.r.variant, 'meshopt');
+    assert.equal(every.r.fallback, false);
+    assertEvent(every.events[0], 'mexplore', { variant: 'meshopt', decoder: 'wasm-simd', bytes: 7, fallback: false, reason: null }, every.device);
+    const never = await loadModel('mexplore0', { config: exploring(0) });
+    assert.equal(never.r.variant, 'quantized');
+    const forced = await loadModel('mexploref', { config: exploring(1000), options: { variant: 'quantized' } });
+    assert.equal(forced.r.variant, 'quantized');
+  });
+
   it('options.variant forces a variant; options.decoderKind names the decoder; a decoder may be a function', async () => {
     const forced = await loadModel('mforce', { options: { variant: 'original' } });
     assert.equal(forced.r.variant, 'original');

@@ -304,6 +304,10 @@ pub async fn decode_beacons_choose_variants_per_device_class(deployment: Deploym
     })
     .await;
     assert_eq!(desktop["models"][0]["choice"]["variant"], "meshopt");
+    assert!(
+        desktop["models"][0]["choice"].get("explore").is_none(),
+        "both measured: nothing to explore"
+    );
     // android-mid has no data: still the default.
     let (mid, _) = verified_manifest(
         &kiln,
@@ -311,6 +315,11 @@ pub async fn decode_beacons_choose_variants_per_device_class(deployment: Deploym
     )
     .await;
     assert_eq!(mid["models"][0]["choice"]["reason"], "default");
+    // …and a few of its loads try quantized, so that gets measured there too.
+    assert_eq!(
+        mid["models"][0]["choice"]["explore"],
+        json!({"variant": "quantized", "per_mille": 50})
+    );
     // The dashboard lists the live choices.
     let (_, data) = kiln
         .get_json(&token, &format!("/v1/dashboard/data?game={game}"))
