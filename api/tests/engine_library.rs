@@ -408,23 +408,6 @@ fn js_to_fixed_1(x: f64) -> String {
     }
 }
 
-/// Sum of a metric's series whose labels include every `(name, value)` in `labels`.
-fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
-            (metric == name).then_some(())?;
-            let all = labels
-                .iter()
-                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            all.then(|| value.parse::<f64>().unwrap())
-        })
-        .sum()
-}
-
 /// After the engine-library browser run: real decode beacons from three.js (the chosen
 /// variant with meshoptimizer's decoder, and a decoder that fails to start), plus a synthetic
 /// stream of decode beacons, show up consistently in `/metrics`, the rollups, the manifest's
@@ -467,15 +450,7 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str) {
         }
     }
     for chunk in events.chunks(40) {
-        let response = kiln
-            .http
-            .post(format!("{url}/v1/telemetry"))
-            .header("content-type", "text/plain")
-            .body(json!({ "events": chunk }).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 202);
+        assert_eq!(kiln.send_beacon(chunk).await.status(), 202);
     }
     let decodes_sent = events.len() as i64 + 2;
 
@@ -492,15 +467,7 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str) {
             .then_some(data)
     })
     .await;
-    let metrics = kiln
-        .http
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = kiln.metrics().await;
     let db = &kiln.running.as_ref().unwrap().state.db;
     // Pre-warm: raw events = rollups = metrics, per outcome.
     let mut stored = Vec::new();

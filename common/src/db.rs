@@ -691,13 +691,18 @@ impl Db {
     }
 
     /// Seconds since the oldest queued build was uploaded (0 when none waits).
-    pub async fn oldest_queued(&self) -> Result<Option<String>, DbError> {
-        Ok(
-            sqlx::query("SELECT MIN(created_at) FROM builds WHERE status = 'queued'")
-                .fetch_one(&self.pool)
-                .await?
-                .get::<Option<String>, _>(0),
-        )
+    pub async fn oldest_queued_age_seconds(&self) -> Result<i64, DbError> {
+        let oldest = sqlx::query("SELECT MIN(created_at) FROM builds WHERE status = 'queued'")
+            .fetch_one(&self.pool)
+            .await?
+            .get::<Option<String>, _>(0);
+        Ok(oldest
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+            .map_or(0, |t| {
+                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                    .num_seconds()
+                    .max(0)
+            }))
     }
 }
 

@@ -25,7 +25,7 @@
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
-import { launchChromium } from './support.mjs';
+import { launchChromium, runSelf } from './support.mjs';
 
 const VIEWS = ['prewarm', 'decode', 'library', 'pipeline'];
 const RANGE_HOURS = { '1h': 1, '6h': 6, '24h': 24, '7d': 168, '30d': 720 };
@@ -210,22 +210,13 @@ async function main(argv) {
 
 async function selfTest() {
   const assert = (await import('node:assert/strict')).default;
-  const { spawn } = await import('node:child_process');
   const os = await import('node:os');
   const path = await import('node:path');
   const { test } = await import('node:test');
   const { startDashboardFixture, ADMIN_TOKEN, TEAM_TOKEN } = await import('./dashboard-fixture.mjs');
 
-  // Asynchronously: the fixture answering the child lives in this process.
-  const cli = (args) => new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], { env: { ...process.env, NODE_TEST_CONTEXT: '' } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => { stdout += c; });
-    child.stderr.on('data', (c) => { stderr += c; });
-    child.on('error', reject);
-    child.on('close', (status) => resolve({ status, stdout, stderr, json: stdout.trim() ? JSON.parse(stdout.trim().split('\n').at(-1)) : null }));
-  });
+  // The fixture answering the child lives in this process.
+  const cli = (args) => runSelf(fileURLToPath(import.meta.url), args);
   const pct = (r) => (r == null ? '–' : `${(r * 100).toFixed(1)} %`);
 
   test('dashboard.mjs passes the page against fixture data, and takes a screenshot', async () => {

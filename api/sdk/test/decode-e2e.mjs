@@ -433,22 +433,10 @@ function fixtureModels() {
 
 async function selfTest() {
   const assert = (await import('node:assert/strict')).default;
-  const { spawn } = await import('node:child_process');
   const { test } = await import('node:test');
-  const { startServer } = await import('./support.mjs');
+  const { runSelf, startServer } = await import('./support.mjs');
 
-  const cli = (args) => new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], { env: { ...process.env, NODE_TEST_CONTEXT: '' } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => { stdout += c; });
-    child.stderr.on('data', (c) => { stderr += c; });
-    child.on('error', reject);
-    child.on('close', (status) => {
-      const lines = stdout.trim().split('\n').filter(Boolean);
-      resolve({ status, stderr, lines, out: lines.length ? JSON.parse(lines.at(-1)) : null });
-    });
-  });
+  const cli = (args) => runSelf(fileURLToPath(import.meta.url), args).then((r) => ({ ...r, out: r.json }));
 
   test('decode-e2e.mjs: real GLTFLoader + meshopt decoder, then the quantized fallback, against a stand-in Kiln', async () => {
     const srv = await startServer();

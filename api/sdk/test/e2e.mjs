@@ -112,11 +112,10 @@ async function main(argv) {
 
 async function selfTest() {
   const assert = (await import('node:assert/strict')).default;
-  const { spawn } = await import('node:child_process');
   const os = await import('node:os');
   const path = await import('node:path');
   const { test } = await import('node:test');
-  const { gamePage, makeEngine, publish, startServer } = await import('./support.mjs');
+  const { gamePage, makeEngine, publish, runSelf, startServer } = await import('./support.mjs');
 
   test('e2e.mjs runs steps in one context and prints one JSON line per step', async () => {
     const srv = await startServer();
@@ -137,16 +136,8 @@ async function selfTest() {
       ];
       const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-e2e-')), 'steps.json');
       fs.writeFileSync(file, JSON.stringify(steps));
-      // Asynchronously: the server answering the child lives in this process.
-      const run = await new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--steps', file], { env: { ...process.env, NODE_TEST_CONTEXT: '' } });
-        let stdout = '';
-        let stderr = '';
-        child.stdout.on('data', (c) => { stdout += c; });
-        child.stderr.on('data', (c) => { stderr += c; });
-        child.on('error', reject);
-        child.on('close', (status) => resolve({ status, stdout, stderr }));
-      });
+      // The server answering the child lives in this process.
+      const run = await runSelf(fileURLToPath(import.meta.url), ['--steps', file]);
       assert.equal(run.status, 1, `one step never started\n${run.stderr}`);
       const lines = run.stdout.trim().split('\n').map((l) => JSON.parse(l));
       assert.equal(lines.length, 4);

@@ -6,6 +6,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { chromium } from 'playwright-core';
@@ -18,6 +19,23 @@ export function chromiumPath() {
   const file = process.env.KILN_CHROMIUM ?? '/usr/bin/chromium';
   if (!fs.existsSync(file)) throw new Error(`no Chromium at ${file} (apt-get install chromium, or set KILN_CHROMIUM)`);
   return file;
+}
+
+// Runs a CLI script (one of ours) in a child Node.js, outside the test runner, and collects
+// its output. Asynchronous, so a stand-in server in this process can answer the child.
+export function runSelf(file, args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [file, ...args], { env: { ...process.env, NODE_TEST_CONTEXT: '' } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c) => { stdout += c; });
+    child.stderr.on('data', (c) => { stderr += c; });
+    child.on('error', reject);
+    child.on('close', (status) => {
+      const lines = stdout.trim().split('\n').filter(Boolean);
+      resolve({ status, stdout, stderr, lines, json: lines.length ? JSON.parse(lines.at(-1)) : null });
+    });
+  });
 }
 
 export function launchChromium() {

@@ -139,15 +139,7 @@ pub async fn data(
         .iter()
         .find(|(s, _)| s == "queued")
         .map_or(0, |(_, n)| *n);
-    let oldest_age_seconds = db
-        .oldest_queued()
-        .await?
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-        .map_or(0, |t| {
-            (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-                .num_seconds()
-                .max(0)
-        });
+    let oldest_age_seconds = db.oldest_queued_age_seconds().await?;
     let mut library = db.library().await?;
     if let Some(team) = &team_id {
         // A team sees the engines its own games use.

@@ -48,14 +48,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
             }
         }
     }
-    if let Ok(oldest) = state.db.oldest_queued().await {
-        let age = oldest
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
-            .map_or(0, |t| {
-                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-                    .num_seconds()
-                    .max(0)
-            });
+    if let Ok(age) = state.db.oldest_queued_age_seconds().await {
         metrics::QUEUE_OLDEST_AGE.set(age);
     }
     if let Ok(stages) = state.db.stage_counts().await {

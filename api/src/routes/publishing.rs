@@ -19,7 +19,9 @@ pub struct Jwks {
     pub keys: Vec<Jwk>,
 }
 
-/// Who asks for the manifest: a device class, or a device descriptor to classify.
+/// Who asks for the manifest: a device class, or a device descriptor to classify. The
+/// descriptor's fields are listed here rather than `#[serde(flatten)]`ed from
+/// `devices::Descriptor`: query strings through a flattened struct lose their number types.
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DeviceQuery {

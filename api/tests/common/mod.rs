@@ -192,6 +192,28 @@ impl Kiln {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// The Prometheus text `/metrics` serves now.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap()
+    }
+
+    /// Posts a beacon of `events` the way `navigator.sendBeacon` does (`text/plain`).
+    pub async fn send_beacon(&self, events: &[Value]) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/telemetry", self.url))
+            .header("content-type", "text/plain")
+            .body(serde_json::json!({ "events": events }).to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn get_json(&self, token: &str, path: &str) -> (u16, Value) {
         let response = self
             .http
@@ -307,6 +329,24 @@ pub async fn eventually<T, Fut: std::future::Future<Output = Option<T>>>(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Sum of a metric's series (in a `/metrics` text) whose labels include every
+/// `(name, value)` in `labels`; 0 when there is none.
+pub fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            (metric == name).then_some(())?;
+            let all = labels
+                .iter()
+                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            all.then(|| value.parse::<f64>().unwrap())
+        })
+        .sum()
 }
 
 pub fn sample_package() -> Vec<u8> {

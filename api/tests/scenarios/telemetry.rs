@@ -35,14 +35,6 @@ fn decode_event(game: &str, variant: &str, ms: f64, device: &Value) -> Value {
            "bytes": 60000, "ms": ms, "device": device})
 }
 
-/// The value of one series in a Prometheus text scrape (0 when absent).
-pub fn scraped(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
-
 /// A synthetic stream of decode beacons from two device classes turns into rollups with the
 /// right percentiles, metrics, dashboard rows, and per-class manifests whose variant choice
 /// follows the measurements (and says why); every per-class manifest is signed.
@@ -130,15 +122,7 @@ pub async fn decode_beacons_choose_variants_per_device_class(deployment: Deploym
 
     // The stream: on a low-end Android, meshopt decodes slowly (300…445 ms) and quantized
     // fast; on desktops both are fast and meshopt's smaller bytes win. 30 of each.
-    let metrics_before = kiln
-        .http
-        .get(format!("{}/metrics", kiln.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics_before = kiln.metrics().await;
     let low_end = json!({"os": "android", "os_version": "13", "model": "SM-A135F", "memory": 3, "cores": 8, "runtime": "chrome"});
     let desktop_device = json!({"os": "windows", "os_version": "10.0", "memory": 8, "cores": 16, "runtime": "chrome"});
     let mut events = Vec::new();
@@ -162,64 +146,82 @@ pub async fn decode_beacons_choose_variants_per_device_class(deployment: Deploym
     events.push(json!({"type": "decode", "game": game, "asset": "assets/Fox.glb", "variant": "quantized",
         "decoder": "none", "bytes": 90000, "ms": 12.0, "fallback": true, "reason": "decoder_init_failed", "device": low_end}));
     for chunk in events.chunks(50) {
-        let response = kiln
-            .http
-            .post(format!("{}/v1/telemetry", kiln.url))
-            .header("content-type", "text/plain")
-            .body(json!({ "events": chunk }).to_string())
-            .send()
-            .await
-            .unwrap();
+        let response = kiln.send_beacon(chunk).await;
         assert_eq!(response.status(), 202);
         let counts: Value = response.json().await.unwrap();
         assert_eq!(counts["rejected"], 0, "{counts}");
     }
 
     // Metrics: exact counts by variant, decoder and class; the fallback by reason.
-    let metrics = kiln
-        .http
-        .get(format!("{}/metrics", kiln.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let delta = |series: &str| scraped(&metrics, series) - scraped(&metrics_before, series);
+    let metrics = kiln.metrics().await;
+    let delta = |name: &str, labels: &[(&str, &str)]| {
+        metric_sum(&metrics, name, labels) - metric_sum(&metrics_before, name, labels)
+    };
     assert_eq!(
         delta(
-            r#"kiln_decode_duration_seconds_count{decoder="wasm-simd",device_class="android-low",variant="meshopt"}"#
+            "kiln_decode_duration_seconds_count",
+            &[
+                ("decoder", "wasm-simd"),
+                ("device_class", "android-low"),
+                ("variant", "meshopt")
+            ]
         ),
         30.0
     );
     assert_eq!(
         delta(
-            r#"kiln_decode_duration_seconds_count{decoder="none",device_class="android-low",variant="quantized"}"#
+            "kiln_decode_duration_seconds_count",
+            &[
+                ("decoder", "none"),
+                ("device_class", "android-low"),
+                ("variant", "quantized")
+            ]
         ),
         31.0
     );
     assert_eq!(
         delta(
-            r#"kiln_decode_duration_seconds_count{decoder="wasm-simd",device_class="desktop",variant="meshopt"}"#
+            "kiln_decode_duration_seconds_count",
+            &[
+                ("decoder", "wasm-simd"),
+                ("device_class", "desktop"),
+                ("variant", "meshopt")
+            ]
         ),
         30.0
     );
     assert_eq!(
         delta(
-            r#"kiln_decode_fallbacks_total{device_class="android-low",reason="decoder_init_failed"}"#
+            "kiln_decode_fallbacks_total",
+            &[
+                ("device_class", "android-low"),
+                ("reason", "decoder_init_failed")
+            ]
         ),
         1.0
     );
     // meshopt on android-low: every decode above 0.25 s, none above 0.5 s.
     assert_eq!(
         delta(
-            r#"kiln_decode_duration_seconds_bucket{decoder="wasm-simd",device_class="android-low",variant="meshopt",le="0.25"}"#
+            "kiln_decode_duration_seconds_bucket",
+            &[
+                ("decoder", "wasm-simd"),
+                ("device_class", "android-low"),
+                ("variant", "meshopt"),
+                ("le", "0.25")
+            ]
         ),
         0.0
     );
     assert_eq!(
         delta(
-            r#"kiln_decode_duration_seconds_bucket{decoder="wasm-simd",device_class="android-low",variant="meshopt",le="0.5"}"#
+            "kiln_decode_duration_seconds_bucket",
+            &[
+                ("decoder", "wasm-simd"),
+                ("device_class", "android-low"),
+                ("variant", "meshopt"),
+                ("le", "0.5")
+            ]
         ),
         30.0
     );
