@@ -4,7 +4,7 @@
   'use strict';
   if (!G || (G.kiln && G.kiln.version)) return;
 
-  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', KCLASS = 'kiln:class', INDEX_MAX = 64;
+  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', KEPT = 'kiln:manifest:', KCLASS = 'kiln:class', INDEX_MAX = 64;
   var CLASS = /^(ios-high|ios-low|android-high|android-mid|android-low|desktop|unknown)$/;
   var DESC = ['os', 'os_version', 'runtime', 'model', 'memory', 'cores'];
   var doc = typeof document !== 'undefined' && document && document.createElement ? document : null;
@@ -17,7 +17,7 @@
   }
   var events = [], queue = [], loads = {}, reported = {}, known = {}, bootDesc = {}, demands = {};
   var pending = [], blobs = {}, marks = {}, markId = 0, dev = null, srvClass = null, models = {}, simd, importFn, booted = false;
-  var held = {}, holding = false, dclSeen = false, domWaiters = [];
+  var held = {}, holding = false, dclSeen = false, domWaiters = [], warmed = {}, prefetched = {}, picks = {};
   var readyDone, readyFail;
   var ready = new Promise(function (y, n) { readyDone = y; readyFail = n; });
   ready.catch(noop);
@@ -171,12 +171,13 @@
     d['class'] = knownClass() || cls(h['class']) || c;
     return (dev = d);
   }
-  function engineEvent(d, outcome, reason, ms, prewarmed) {
+  // `shared`: a hit this game's own visits did not bring (another game's visit put it there).
+  function engineEvent(d, outcome, reason, ms, prewarmed, shared) {
     reported[d.sha256] = true;
     emit({
       type: 'preheat', game: d.game || S.game, engine: d.name, version: d.version, outcome: outcome,
       reason: outcome === 'hit' ? null : reason || null, ms: r1(ms), prewarmed: !!prewarmed,
-      bytes: typeof d.size === 'number' ? d.size : null, device: device()
+      shared: outcome === 'hit' && !!shared, bytes: typeof d.size === 'number' ? d.size : null, device: device()
     });
   }
 
@@ -187,9 +188,16 @@
     for (var k in idx) if (idx[k] && idx[k].name === d.name) return 'version_mismatch';
     return 'cold';
   }
-  function remember(d) {
-    var idx = stored(INDEX) || {};
-    idx[d.sha256] = { name: d.name, version: d.version, at: Date.now() };
+  // The games that ever used this copy on this device, and what brought it first.
+  function sharedHit(d, game) {
+    var e = (stored(INDEX) || {})[d.sha256];
+    return !!(e && e.games && e.games.length && e.games.indexOf(game) < 0);
+  }
+  function remember(d, by) {
+    var idx = stored(INDEX) || {}, old = idx[d.sha256] || {}, games = (old.games || []).slice(), g = d.game || S.game;
+    if (g && games.indexOf(g) < 0) games.push(g);
+    while (games.length > 16) games.shift();
+    idx[d.sha256] = { name: d.name, version: d.version, at: Date.now(), games: games, by: old.by || by || 'page' };
     var keys = Object.keys(idx).sort(function (a, b) { return (idx[a].at || 0) - (idx[b].at || 0); });
     while (keys.length > INDEX_MAX) delete idx[keys.shift()];
     save(INDEX, idx);
@@ -276,7 +284,7 @@
   }
 
   // Library (Cache Storage, then network), verified, then evaluated; else the fallback copy.
-  function loadNow(d, hook) {
+  function loadNow(d, hook, by) {
     if (!subtle()) return fallback(d, 'unsupported', hook);
     var cache = null, got = null, reason = null;
     var lookup = !hasCaches() ? Promise.resolve((reason = 'unsupported', null)) : timed(function () {
@@ -301,7 +309,7 @@
         got = b;
         if (!cache) return 'miss';
         return cache.put(d.url, new Response(b, { headers: { 'content-type': 'text/javascript' } }))
-          .then(function () { remember(d); }, noop).then(function () { return 'miss'; });
+          .then(function () { remember(d, by); }, noop).then(function () { return 'miss'; });
       });
     }).then(function (outcome) {
       return evaluate(d, got, hook).then(function (v) {
@@ -318,7 +326,7 @@
     var rec = loads[d.sha256];
     if (rec) return rec;
     rec = loads[d.sha256] = { d: d, by: by, t0: now(), done: false };
-    rec.p = loadNow(d, hook).then(function (r) {
+    rec.p = loadNow(d, hook, by).then(function (r) {
       rec.done = true; rec.t1 = now(); rec.r = r; return r;
     }, function (e) {
       rec.done = true; rec.t1 = now(); rec.e = e; throw e;
@@ -355,9 +363,11 @@
       var before = loads[d.sha256];
       var pre = before && before.by === 'preheat' && before.done;
       var rec = load(d, hook, 'engine');
+      var shared = sharedHit(d, d.game || S.game);
       return rec.p.then(function (r) {
         var hit = pre && r.outcome !== 'fallback';
-        engineEvent(d, hit ? 'hit' : r.outcome, hit ? null : r.reason, now() - t0, pre);
+        engineEvent(d, hit ? 'hit' : r.outcome, hit ? null : r.reason, now() - t0, pre, shared);
+        if (r.outcome !== 'fallback') remember(d);
         return r.value;
       }, function (e) {
         engineEvent(d, 'error', why(e), now() - t0, false);
@@ -397,11 +407,17 @@
     return q.length ? url + '?' + q.join('&') : url;
   }
   function verify(url, opts, learn) {
-    var keys = opts.keys || S.keys || [], s = subtle(), got, sig;
-    if (!s) return Promise.reject(fail('unsupported', 'no crypto.subtle'));
     return fetchBytes(url).then(function (r) {
-      got = r;
-      sig = parseSig(r.res.headers.get('kiln-signature'));
+      return check(r.bytes, r.res.headers.get('kiln-signature'), r.res.headers.get('kiln-device-class'), opts, learn);
+    });
+  }
+  // A manifest's bytes and signature, checked: trusted key, signature, schema, game, expiry,
+  // sequence (never older than one this device saw). Kept for the next visit when `learn`.
+  function check(bytes, sigHeader, classHeader, opts, learn) {
+    var keys = opts.keys || S.keys || [], s = subtle(), got = { bytes: bytes }, sig;
+    if (!s) return Promise.reject(fail('unsupported', 'no crypto.subtle'));
+    return Promise.resolve().then(function () {
+      sig = parseSig(sigHeader);
       if (!sig) throw fail('bad_signature', 'missing or unreadable Kiln-Signature');
       var jwk = null;
       for (var i = 0; i < keys.length; i++) if (keys[i] && keys[i].kid === sig.kid) jwk = keys[i];
@@ -426,18 +442,30 @@
       if (m.sequence < seen) throw fail('rollback', 'sequence ' + m.sequence + ' is older than ' + seen);
       save(SEQ + m.game, m.sequence);
       // The class the server used (signed body first, then its header); 'unknown' teaches nothing.
-      var c = cls(m.device_class) || cls(got.res.headers.get('kiln-device-class'));
+      var c = cls(m.device_class) || cls(classHeader);
       if (learn && c && c !== 'unknown' && !S.deviceClass) { srvClass = c; item(KCLASS, c); dev = null; }
+      if (learn && opts.keep) save(KEPT + m.game, { body: utf8(got.bytes), sig: sigHeader, cls: classHeader || null });
       return m;
     });
   }
-  function preheat(url, opts) {
-    opts = opts || {};
-    var q = withDevice(url), p = verify(q, opts, q !== url);
+  // The manifest this device verified last for `game`, if it is of `build`: checked again
+  // (signature, expiry, sequence) and used at once, while the fresh one is fetched.
+  function kept(game, build, opts) {
+    var k = stored(KEPT + game), m0;
+    if (!k || typeof k.body !== 'string' || !G.TextEncoder) return null;
+    try { m0 = JSON.parse(k.body); } catch (e) { return null; }
+    if (!m0 || m0.build_id !== build) return null;
+    return check(new G.TextEncoder().encode(k.body), k.sig, k.cls, opts, false);
+  }
+  // This device's manifest, verified; its engines and models become known.
+  function manifestOf(url, opts, first) {
+    var q = withDevice(url), p = (first || Promise.resolve()).then(function () { return verify(q, opts, q !== url); });
     pending.push(p);
     p.then(done, done);
     function done() { pending.splice(pending.indexOf(p), 1); }
-    return p.then(function (m) {
+    return p.then(learnManifest);
+  }
+  function learnManifest(m) {
       var ds = [];
       (m.engines || []).forEach(function (e) {
         var d = norm(e, m.game, false);
@@ -446,13 +474,29 @@
       (m.models || []).forEach(function (x) {
         if (x && typeof x.path === 'string' && Array.isArray(x.variants)) models[m.game + ' ' + mkey(x.path)] = models[' ' + mkey(x.path)] = { game: m.game, m: x };
       });
-      return Promise.all(ds.map(function (d) {
+      return { m: m, ds: ds };
+  }
+  function preheat(url, opts) {
+    opts = opts || {};
+    return manifestOf(url, opts).then(function (r) {
+      var m = r.m, ds = r.ds;
+      var all = Promise.all(ds.map(function (d) {
         var rec = load(d, null, 'preheat');
+        // A copy found in Cache Storage may be gone from the HTTP cache the game page reads.
+        rec.p.then(function (x) { remember(d, 'preheat'); if (x.outcome === 'hit') warmUrl(d.url); }, noop);
         var t0 = now(), line = function (outcome, reason) {
           return { name: d.name, version: d.version, outcome: outcome, reason: reason, ms: r1(now() - t0) };
         };
         return rec.p.then(function (r) { return line(r.outcome, r.reason); }, function (e) { return line('error', why(e)); });
-      })).then(function (engines) { return { game: m.game, sequence: m.sequence, device_class: m.device_class || null, engines: engines }; });
+      }));
+      // The game's page loads its own files through the HTTP cache: once the engines are in,
+      // warm what the page asks for first (its modules, its models in this device's variant).
+      // Resolves when they are in too, so a host may open the game right then.
+      return all.then(function (engines) {
+        return warm(m).then(function (n) {
+          return { game: m.game, sequence: m.sequence, device_class: m.device_class || null, engines: engines, warmed: n };
+        });
+      });
     }, function (e) {
       emit({ type: 'manifest', game: opts.game || gameOf(url) || S.game, outcome: 'rejected', reason: why(e) });
       throw e;
@@ -495,15 +539,24 @@
       } catch (e) { no(e); }
     });
   }
+  // The variant this load takes: forced, else the class's choice (a few loads explore the
+  // candidate the class has too few measurements of), else the preferred one. Decided once per
+  // model and page, so a prefetch and the load agree.
+  function pick(m, o, key) {
+    if (o.variant) return variant(m, o.variant) || variant(m, m.preferred);
+    if (picks[key] && picks[key].m === m) return picks[key].v;
+    var c = m.choice, name = (c && c.variant) || m.preferred;
+    if (c && c.explore && variant(m, c.explore.variant) && Math.random() * 1000 < c.explore.per_mille) name = c.explore.variant;
+    var v = variant(m, name) || variant(m, m.preferred);
+    picks[key] = { m: m, v: v };
+    return v;
+  }
   function model(path, o) {
     o = o || {};
     var k = mkey(path);
     return settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); }).then(function (e) {
       if (!e) throw fail('error', 'unknown model ' + path);
-      var m = e.m, c = m.choice, pick = o.variant || (c && c.variant) || m.preferred;
-      // A few loads try the candidate the class has too few measurements of (choice.explore).
-      if (!o.variant && c && c.explore && variant(m, c.explore.variant) && Math.random() * 1000 < c.explore.per_mille) pick = c.explore.variant;
-      var first = variant(m, pick) || variant(m, m.preferred);
+      var m = e.m, first = pick(m, o, (e.game || '') + ' ' + k);
       if (!first) throw fail('error', 'no variant of ' + path);
       function report(r) {
         if (r.ms != null || r.fallback) {
@@ -521,7 +574,9 @@
           : Promise.reject(fail('no_decoder', 'no decoder for ' + v.variant))
         ).then(function () {
           t0 = now();
-          return fetchBytes(v.url);
+          var pre = prefetched[v.url];
+          delete prefetched[v.url];
+          return (pre || Promise.resolve(null)).then(function (f) { return f || fetchBytes(v.url); });
         }).then(function (f) {
           r.fetch_ms = r1(now() - t0); r.bytes = f.bytes.byteLength; r.result = f.bytes.buffer;
           if (!o.parse) return r;
@@ -545,6 +600,121 @@
           throw y;
         });
       });
+    });
+  }
+
+  // ---- warming and prefetching ----
+  function warmUrl(url) {
+    if (typeof G.fetch !== 'function' || warmed[url]) return warmed[url];
+    return (warmed[url] = G.fetch(url, { credentials: 'same-origin', priority: 'low' }).then(function (r) { return r.arrayBuffer(); }).catch(noop));
+  }
+  function warm(m) {
+    var ps = [];
+    (Array.isArray(m.warm) ? m.warm : []).forEach(function (u) { if (typeof u === 'string') ps.push(warmUrl(u)); });
+    (Array.isArray(m.warm_models) ? m.warm_models : []).forEach(function (p) {
+      var e = models[m.game + ' ' + mkey(p)], v = e && pick(e.m, {}, m.game + ' ' + mkey(p));
+      if (v) ps.push(warmUrl(v.url));
+    });
+    return Promise.all(ps).then(function () { return ps.length; });
+  }
+  // Models the page's code names: their chosen variant is fetched as soon as the manifest is in,
+  // while the engine and the game's modules still load; kiln.model takes the bytes from here.
+  function prefetch(game, paths) {
+    (paths || []).forEach(function (p) {
+      var k = mkey(p), e = models[game + ' ' + k];
+      var v = e && pick(e.m, {}, game + ' ' + k);
+      if (v && !prefetched[v.url]) prefetched[v.url] = fetchBytes(v.url).catch(function () { return null; });
+    });
+  }
+
+  // ---- page mode: a page rewritten by Kiln (kiln-boot.js) lets the browser load its engines,
+  // verified by integrity; the loader reports what happened and serves kiln.model ----
+  function perfEntry(url) {
+    try {
+      var list = G.performance && G.performance.getEntriesByName ? G.performance.getEntriesByName(url, 'resource') : [];
+      return list.length ? list[list.length - 1] : null;
+    } catch (e) { return null; }
+  }
+  function settle(st, d) {
+    var final = /^(library|fallback|own|failed)$/;
+    return new Promise(function (y) {
+      function check() {
+        var x = st.state(d.sha256);
+        if (x && final.test(x.state)) { y(x); return true; }
+        return false;
+      }
+      if (!check()) st.watch(check);
+    });
+  }
+  function pageOutcome(d, x) {
+    if (x.state === 'library') {
+      var ent = perfEntry(d.url), idx = (stored(INDEX) || {})[d.sha256];
+      // Resource Timing tells a cache hit (nothing transferred) from a download; without it
+      // (no Timing-Allow-Origin) this device's index is the best guess.
+      var timed = ent && (ent.decodedBodySize > 0 || ent.transferSize > 0);
+      var hit = timed ? ent.transferSize === 0 || ent.deliveryType === 'cache' : !!idx;
+      var ms = ent ? ent.responseEnd - ent.startTime : x.at;
+      var r = hit ? { outcome: 'hit', reason: null, ms: ms, prewarmed: !!(idx && idx.by === 'preheat'), shared: sharedHit(d, d.game) }
+        : { outcome: 'miss', reason: classify(d), ms: ms };
+      remember(d, 'page');
+      return Promise.resolve(r);
+    }
+    if (x.state === 'own') return Promise.resolve({ outcome: 'fallback', reason: 'unsupported', ms: x.at });
+    if (x.state === 'failed') return Promise.resolve({ outcome: 'error', reason: 'error', ms: x.at });
+    // The build's own copy ran: tell a library copy that does not match from one that did not come.
+    if (!subtle()) return Promise.resolve({ outcome: 'fallback', reason: 'error', ms: x.at });
+    return fetchVerified(d.url, d).then(function () { return 'error'; }, function (e) { return why(e); }).then(function (reason) {
+      return { outcome: 'fallback', reason: reason, ms: x.at };
+    });
+  }
+  function pageEngine(d, x) {
+    if (!d.module) return global(d);
+    return dynImport(x.state === 'library' ? d.url : abs(d.path));
+  }
+  function attach(st) {
+    var cfg = st.cfg || {};
+    booted = true;
+    configure(cfg);
+    var ds = [], game = cfg.game || S.game;
+    (cfg.engines || []).forEach(function (e) {
+      var d = norm(e, game, true);
+      if (d) { ds.push(d); bootDesc[d.name] = d; }
+    });
+    if (cfg.manifest) {
+      // A repeat visit of the same build needs no network for the model choice: the manifest
+      // verified last time is checked again and used at once; the fresh one follows.
+      var k = cfg.build ? kept(game, cfg.build, { game: game }) : null, quick = null;
+      if (k) {
+        pending.push(k);
+        quick = k.then(function (m) { prefetch(learnManifest(m).m.game, cfg.models); }, noop).then(function () { pending.splice(pending.indexOf(k), 1); });
+      }
+      manifestOf(cfg.manifest, { game: game, keep: true }, quick).then(function (r) { prefetch(r.m.game, cfg.models); }, function (e) {
+        emit({ type: 'manifest', game: game, outcome: 'rejected', reason: why(e) });
+      });
+    }
+    var runs = ds.map(function (d) {
+      var got = settle(st, d);
+      demands[d.name] = got.then(function (x) {
+        if (x.state === 'failed') throw fail('error', d.name + ': neither the library copy nor the build\'s own loaded');
+        return pageEngine(d, x);
+      });
+      demands[d.name].catch(noop);
+      return got.then(function (x) { return pageOutcome(d, x); }).then(function (r) {
+        engineEvent(d, r.outcome, r.reason, r.ms, r.prewarmed, r.shared);
+      });
+    });
+    Promise.all(runs).then(domReady).then(function () {
+      var summary = { game: game, ms: r1(now()), engines: [] };
+      events.forEach(function (e) {
+        if (e.type === 'preheat' && bootDesc[e.engine]) summary.engines.push({ name: e.engine, version: e.version, outcome: e.outcome, reason: e.reason, ms: e.ms });
+      });
+      readyDone(summary);
+      if (st.readyDone) st.readyDone(summary);
+    });
+    // Calls the page made before the loader arrived.
+    (st.queue || []).splice(0).forEach(function (c) {
+      var f = G.kiln[c[0]];
+      Promise.resolve().then(function () { return f.apply(null, c[1]); }).then(c[2], c[3]);
     });
   }
 
@@ -696,4 +866,5 @@
     device: device,
     _mark: function (id) { if (marks[id]) marks[id](); }
   };
+  if (doc && G.__kilnBoot && G.__kilnBoot.cfg) attach(G.__kilnBoot);
 })(typeof globalThis !== 'undefined' ? globalThis : typeof self !== 'undefined' ? self : typeof window !== 'undefined' ? window : null);

@@ -54,6 +54,69 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Opens the published game in headless Chromium (`bench/load/page-bytes.mjs`) and prints
+/// what the page downloaded, request by request; says how to get that when it can't run here.
+async fn print_measured_download(url: &str) {
+    let script = [
+        "bench/load/page-bytes.mjs",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/load/page-bytes.mjs"),
+    ]
+    .into_iter()
+    .map(std::path::PathBuf::from)
+    .find(|p| p.exists());
+    let ready = script.as_ref().is_some_and(|s| {
+        s.parent()
+            .is_some_and(|d| d.join("node_modules/playwright-core").exists())
+    });
+    let Some(script) = script.filter(|_| ready) else {
+        println!(
+            "\n  what a player downloads is measured in a browser: (cd bench/load && npm install), then node bench/load/page-bytes.mjs {url}"
+        );
+        return;
+    };
+    let output = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(url)
+        .arg("--json")
+        .output()
+        .await;
+    let measured = output
+        .ok()
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok());
+    let Some(m) = measured.filter(|m| m["totals"].is_object()) else {
+        println!(
+            "\n  could not measure the page in headless Chromium (is /usr/bin/chromium installed?): node {} {url}",
+            script.display()
+        );
+        return;
+    };
+    println!("\n  what a player downloads, measured (headless Chromium, fresh profile):");
+    let mut engine = 0;
+    for r in m["requests"].as_array().into_iter().flatten() {
+        if r["local"] == true {
+            continue;
+        }
+        let path = r["path"].as_str().unwrap_or("");
+        let bytes = r["transferred"].as_u64().unwrap_or(0);
+        if path.contains("/cdn/library/") {
+            engine += bytes;
+        }
+        println!(
+            "    {:<72} {:>4} {bytes:>9} B {}",
+            path.chars().take(72).collect::<String>(),
+            r["status"],
+            r["encoding"].as_str().unwrap_or("")
+        );
+    }
+    let total = m["totals"]["transferred"].as_u64().unwrap_or(0);
+    println!(
+        "  {} requests, {total} bytes; a player whose device already holds the engine (from another game) downloads {} bytes; first frame at {} ms",
+        m["totals"]["requests"],
+        total.saturating_sub(engine),
+        m["firstFrame"]
+    );
+}
+
 /// Runs the demo against the server at `base`, authorised by `admin_token`.
 pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()> {
     if !dir.join("vendor").exists() {
@@ -202,9 +265,6 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
             file["url"].as_str().unwrap_or("")
         );
     }
-    // A player downloads each model once, in its preferred variant.
-    let mut skipped = std::collections::BTreeSet::new();
-    let mut variants_added = std::collections::BTreeSet::new();
     for model in manifest["models"].as_array().into_iter().flatten() {
         let preferred = model["preferred"].as_str().unwrap_or("");
         let mut line = format!("\n  model {}:", model["path"].as_str().unwrap_or(""));
@@ -220,39 +280,9 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
                     ""
                 }
             ));
-            let path = variant["path"].as_str().unwrap_or("").to_string();
-            if name != "original" {
-                variants_added.insert(path.clone());
-            }
-            if name != preferred {
-                skipped.insert(path);
-            }
         }
         println!("{line}");
     }
-    let download: u64 = report["files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| !skipped.contains(f["path"].as_str().unwrap_or("")))
-        .map(|f| {
-            f["brotli_bytes"]
-                .as_u64()
-                .or(f["bytes_after"].as_u64())
-                .unwrap_or(0)
-        })
-        .sum();
-    let original: u64 = report["files"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|f| !variants_added.contains(f["path"].as_str().unwrap_or("")))
-        .map(|f| f["bytes_before"].as_u64().unwrap_or(0))
-        .sum();
-    println!(
-        "\n  the build as uploaded: {original} bytes; a player with brotli downloads {download} bytes"
-    );
-    // The engine split: what a device that already holds the engine does not download.
     let split = &report["stages"]["engines"];
     for engine in manifest["engines"].as_array().into_iter().flatten() {
         println!(
@@ -264,26 +294,15 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
         );
     }
     if let Some(reduction) = split["package_reduction"].as_f64().filter(|r| *r > 0.0) {
-        let engine_br: u64 = manifest["engines"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| {
-                report["files"]
-                    .as_array()?
-                    .iter()
-                    .find(|f| f["path"] == e["path"])?["brotli_bytes"]
-                    .as_u64()
-            })
-            .sum();
         println!(
-            "  main package −{:.2} % ({} of {} bytes are the engine); a player who holds it downloads {} bytes",
+            "  main package −{:.2} % ({} of {} bytes are the engine)",
             reduction * 100.0,
             split["bytes_moved"],
             split["build_bytes"],
-            download.saturating_sub(engine_br)
         );
     }
+    // What a player downloads: measured from the requests the page really makes.
+    print_measured_download(&format!("{base}/play/{game}/")).await;
     println!("\nplay it:        {base}/play/{game}/");
     println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");
     println!("metrics:        {base}/metrics     API: {base}/v1/openapi.json");

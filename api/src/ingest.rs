@@ -6,7 +6,7 @@
 //! database one write per batch rather than one per request. The queue is bounded
 //! (`backlog_max` events): past it, beacons get 503 and their events count as dropped.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -30,11 +30,21 @@ pub struct Ingest {
     backlog: Arc<AtomicUsize>,
     backlog_max: usize,
     games: Arc<KnownGames>,
+    sizes: Arc<TransferSizes>,
 }
 
 /// The games Kiln knows, so only their names become metric labels.
 struct KnownGames {
     names: RwLock<(Option<Instant>, HashSet<String>)>,
+}
+
+/// What the CDN sends for each engine version in the library, for the bytes a shared hit
+/// saved.
+type SizeMap = HashMap<(String, String), i64>;
+
+#[derive(Default)]
+struct TransferSizes {
+    sizes: RwLock<(Option<Instant>, SizeMap)>,
 }
 
 impl Ingest {
@@ -52,6 +62,7 @@ impl Ingest {
             games: Arc::new(KnownGames {
                 names: RwLock::new((None, HashSet::new())),
             }),
+            sizes: Default::default(),
         };
         let writer = Writer {
             db,
@@ -106,6 +117,41 @@ impl Ingest {
             .iter()
             .filter(|e| names.1.contains(&e.game))
             .map(|e| e.game.clone())
+            .collect()
+    }
+
+    /// The transfer size (brotli form) of each engine version the shared hits in `events`
+    /// name: refreshed from the database at most once a second, when one not seen before
+    /// arrives.
+    pub async fn transfer_sizes(&self, db: &Db, events: &[TelemetryEvent]) -> SizeMap {
+        let key = |e: &TelemetryEvent| {
+            (
+                e.engine.clone().unwrap_or_default(),
+                e.version.clone().unwrap_or_default(),
+            )
+        };
+        let shared: Vec<&TelemetryEvent> = events
+            .iter()
+            .filter(|e| e.kind == "preheat" && e.shared == Some(true))
+            .collect();
+        if shared.is_empty() {
+            return SizeMap::new();
+        }
+        let missing = {
+            let sizes = self.sizes.sizes.read().expect("transfer sizes");
+            let stale = sizes
+                .0
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+            stale && shared.iter().any(|e| !sizes.1.contains_key(&key(e)))
+        };
+        if missing && let Ok(fresh) = db.library_transfer_sizes().await {
+            *self.sizes.sizes.write().expect("transfer sizes") = (Some(Instant::now()), fresh);
+        }
+        let sizes = self.sizes.sizes.read().expect("transfer sizes");
+        shared
+            .iter()
+            .filter_map(|e| sizes.1.get_key_value(&key(e)))
+            .map(|(k, v)| (k.clone(), *v))
             .collect()
     }
 }

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod error;
 pub mod ingest;
 pub mod openapi;
+pub mod play_index;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use kiln_common::config::Config;
 use kiln_common::db::Db;
 use kiln_common::metrics;
@@ -33,6 +35,8 @@ pub struct AppState {
     pub upload_slots: Arc<Semaphore>,
     pub telemetry_limiter: Arc<routes::telemetry::RateLimiter>,
     pub ingest: ingest::Ingest,
+    /// Parsed manifests `/play/` serves from, by immutable key.
+    pub manifests: Arc<play_index::ManifestCache>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -64,13 +68,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/library", get(library::list))
         .route("/v1/library/{id}", axum::routing::delete(library::delete))
-        .route("/sdk/kiln-loader.js", get(library::loader))
         .route("/v1/teams", post(teams::create_team))
         .route("/v1/teams/{id}/tokens", post(teams::create_token))
         .route("/v1/openapi.json", get(ops::openapi))
-        .route("/cdn/{*key}", get(cdn::object))
-        .route("/play/{game}/", get(cdn::play_root))
-        .route("/play/{game}/{*path}", get(cdn::play))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -80,6 +80,18 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard/charts.js", get(dashboard::charts))
         .route("/dashboard/dashboard.js", get(dashboard::script))
         .route("/v1/dashboard/data", get(dashboard::data))
+        // What games load: other origins may read its Resource Timing (transfer sizes).
+        .merge(
+            Router::new()
+                .route("/sdk/kiln-loader.js", get(library::loader))
+                .route("/sdk/{file}", get(library::loader_file))
+                .route("/cdn/{*key}", get(cdn::object))
+                .route("/play/{game}/", get(cdn::play_root))
+                .route("/play/{game}/{*path}", get(cdn::play))
+                .route("/play/{game}/@{build_id}/", get(cdn::play_build_root))
+                .route("/play/{game}/@{build_id}/{*path}", get(cdn::play_build))
+                .layer(middleware::map_response(timing_allow_origin)),
+        )
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             request_timeout,
@@ -91,6 +103,17 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// `Timing-Allow-Origin: *` on every response (errors and `304`s too), so a page on another
+/// origin (a game's host, the loader) can read transfer and encoded sizes from Resource
+/// Timing and tell a cache hit from a download.
+async fn timing_allow_origin(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        "timing-allow-origin",
+        axum::http::HeaderValue::from_static("*"),
+    );
+    response
 }
 
 /// RED metrics per route template (never per raw path: bounded label values).
@@ -162,6 +185,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         storage: storage.clone(),
         upload_slots: Arc::new(Semaphore::new(config.upload.max_concurrent.max(1))),
         telemetry_limiter: Default::default(),
+        manifests: Default::default(),
         config: config.clone(),
     };
 
@@ -188,6 +212,15 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             let _ = server_stop.wait_for(|s| *s).await;
         };
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
+        // TCP_NODELAY on every accepted connection: a response goes out as headers and body
+        // in separate writes, and with Nagle's algorithm the body would wait for the
+        // client's delayed ACK of the headers (40 ms or more per request on a kept-alive
+        // connection). Writes are already buffered into whole responses by hyper.
+        let listener = listener.tap_io(|stream| {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY on a connection");
+            }
+        });
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await

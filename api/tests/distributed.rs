@@ -113,3 +113,33 @@ async fn decode_beacons_choose_variants_per_device_class() {
 async fn telemetry_backlog_is_bounded_and_flushed_on_stop() {
     scenarios::telemetry_backlog_is_bounded_and_flushed_on_stop(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn keep_alive_responses_do_not_wait_for_delayed_acks() {
+    scenarios::keep_alive_responses_do_not_wait_for_delayed_acks(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn play_serves_live_and_build_scoped_files() {
+    scenarios::play_serves_live_and_build_scoped_files(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn loader_is_compressed_and_versioned() {
+    scenarios::loader_is_compressed_and_versioned(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn library_saves_only_what_another_game_brought() {
+    scenarios::library_saves_only_what_another_game_brought(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn play_reads_each_manifest_once_and_follows_releases() {
+    scenarios::play_reads_each_manifest_once_and_follows_releases(Distributed).await;
+}

@@ -162,40 +162,26 @@ async fn engine_library_in_a_real_browser() {
         first[2]
     );
 
-    // Bytes changed in storage: the library copy of three 0.150, in every encoding.
-    let (_, classic) = kiln
-        .get_json(&token, "/v1/games/classic-150/manifest")
-        .await;
-    let library_url = classic["engines"][0]["url"].as_str().unwrap();
-    let key = library_url.split("/cdn/").nth(1).unwrap();
+    // Bytes changed in storage: the library copies of three 0.150 (a classic script) and of
+    // three 0.160 (an ES module), in every encoding. The revision constant is the first thing
+    // each build defines: a change a hash must catch.
     let storage = &kiln.running.as_ref().unwrap().state.storage;
-    let original = storage.get_bytes(key).await.unwrap();
-    let text = String::from_utf8(original.to_vec()).unwrap();
-    // The revision constant, the first thing the build defines: a change a hash must catch.
-    assert!(text.contains(r#"const e="150""#));
-    let tampered = text
-        .replacen(r#"const e="150""#, r#"const e="666""#, 1)
-        .into_bytes();
-    assert_eq!(tampered.len(), original.len());
-    let mut br = Vec::new();
-    {
-        let mut w = brotli::CompressorWriter::new(&mut br, 4096, 5, 22);
-        w.write_all(&tampered).unwrap();
+    for (game, from, to) in [
+        ("classic-150", r#"const e="150""#, r#"const e="666""#),
+        ("shared-a", r#"const t="160""#, r#"const t="666""#),
+    ] {
+        let (_, manifest) = kiln
+            .get_json(&token, &format!("/v1/games/{game}/manifest"))
+            .await;
+        let library_url = manifest["engines"][0]["url"].as_str().unwrap();
+        tamper(
+            storage,
+            library_url.split("/cdn/").nth(1).unwrap(),
+            from,
+            to,
+        )
+        .await;
     }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&tampered).unwrap();
-    storage
-        .put_bytes(key, tampered.clone().into())
-        .await
-        .unwrap();
-    storage
-        .put_bytes(&format!("{key}.br"), br.into())
-        .await
-        .unwrap();
-    storage
-        .put_bytes(&format!("{key}.gz"), gz.finish().unwrap().into())
-        .await
-        .unwrap();
 
     // A re-release: the device will have seen sequence 2, so the signed sequence-1 release is a
     // rollback.
@@ -245,6 +231,7 @@ async fn engine_library_in_a_real_browser() {
     // A new device (fresh browser profile).
     let second = browse(json!([
         {"open": format!("{url}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
+        {"open": format!("{url}/play/shared-b/"), "wait_for": sample_started},
         {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys)},
         {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys),
          "routes": [route(&manifest_a, &old_bytes, &header(old))]},
@@ -255,7 +242,9 @@ async fn engine_library_in_a_real_browser() {
          "routes": [route(&manifest_a, &expired, &expired_signature)]},
     ]))
     .await;
-    // The tampered copy never ran: the game started on the build's own three.js (r150).
+    // The tampered copies never ran: the classic game started on the build's own three.js
+    // (r150, written in place of the library copy), the module game on its own r160 (the page
+    // loaded once more with the import map pointed at the build's copy).
     assert_eq!(second[0]["started"], true, "{}", second[0]);
     assert_eq!(
         outcomes(&second[0]),
@@ -263,13 +252,20 @@ async fn engine_library_in_a_real_browser() {
         "{}",
         second[0]
     );
+    assert_eq!(second[1]["started"], true, "{}", second[1]);
     assert_eq!(
-        second[1]["result"],
-        json!({"sequence": 2, "engines": ["three 0.160"]}),
+        outcomes(&second[1]),
+        ["fallback/integrity_failed"],
         "{}",
         second[1]
     );
-    let rejected: Vec<&Value> = second[2..]
+    assert_eq!(
+        second[2]["result"],
+        json!({"sequence": 2, "engines": ["three 0.160"]}),
+        "{}",
+        second[2]
+    );
+    let rejected: Vec<&Value> = second[3..]
         .iter()
         .map(|l| &l["result"]["rejected"])
         .collect();
@@ -291,7 +287,8 @@ async fn engine_library_in_a_real_browser() {
             reported.push((
                 e["game"].as_str().unwrap().to_string(),
                 e["type"].as_str().unwrap().to_string(),
-                e["outcome"].as_str().unwrap().to_string(),
+                // Decode events (the sample game loads its fox through kiln.model) have none.
+                e["outcome"].as_str().unwrap_or("").to_string(),
                 e["reason"].as_str().unwrap_or("-").to_string(),
             ));
         }
@@ -370,8 +367,38 @@ async fn engine_library_in_a_real_browser() {
             entry["roi"].as_f64().unwrap()
         );
     }
-    device_telemetry_is_consistent_everywhere(&kiln, &token).await;
+    let page_decodes = reported.iter().filter(|e| e.1 == "decode").count() as i64;
+    assert!(
+        page_decodes >= 3,
+        "the sample pages load their fox through kiln.model"
+    );
+    device_telemetry_is_consistent_everywhere(&kiln, &token, page_decodes).await;
     kiln.stop().await;
+}
+
+/// Replaces `from` by `to` (same length) in a stored object and its br/gzip forms.
+async fn tamper(storage: &kiln_common::storage::Storage, key: &str, from: &str, to: &str) {
+    let original = storage.get_bytes(key).await.unwrap();
+    let text = String::from_utf8(original.to_vec()).unwrap();
+    assert!(text.contains(from), "{key} holds {from}");
+    let tampered = text.replacen(from, to, 1).into_bytes();
+    assert_eq!(tampered.len(), original.len());
+    let mut br = Vec::new();
+    {
+        let mut w = brotli::CompressorWriter::new(&mut br, 4096, 5, 22);
+        w.write_all(&tampered).unwrap();
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tampered).unwrap();
+    storage.put_bytes(key, tampered.into()).await.unwrap();
+    storage
+        .put_bytes(&format!("{key}.br"), br.into())
+        .await
+        .unwrap();
+    storage
+        .put_bytes(&format!("{key}.gz"), gz.finish().unwrap().into())
+        .await
+        .unwrap();
 }
 
 /// Runs a CLI from `api/sdk/test/` and returns its one JSON line.
@@ -412,7 +439,7 @@ fn js_to_fixed_1(x: f64) -> String {
 /// variant with meshoptimizer's decoder, and a decoder that fails to start), plus a synthetic
 /// stream of decode beacons, show up consistently in `/metrics`, the rollups, the manifest's
 /// per-class variant choices and `/dashboard` rendered in Chromium.
-async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str) {
+async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str, page_decodes: i64) {
     let url = &kiln.url;
     let manifest = format!("{url}/v1/games/shared-a/manifest");
     let real = sdk_cli(
@@ -452,7 +479,7 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str) {
     for chunk in events.chunks(40) {
         assert_eq!(kiln.send_beacon(chunk).await.status(), 202);
     }
-    let decodes_sent = events.len() as i64 + 2;
+    let decodes_sent = events.len() as i64 + 2 + page_decodes;
 
     // Rollups (through the dashboard's data, admin token: every game) once everything landed.
     let data = eventually("every decode in the rollups", || async {

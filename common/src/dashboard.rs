@@ -162,7 +162,11 @@ pub struct LibraryEntry {
     pub builds: i64,
     pub live_builds: i64,
     pub hits: i64,
+    /// Hits another game's visit brought: the ones `bytes_saved` counts.
+    pub shared_hits: i64,
     pub misses: i64,
+    /// The brotli form's size: what one shared hit saved.
+    pub br_size: i64,
     pub bytes_saved: i64,
     pub roi: f64,
     pub low_roi: bool,
@@ -213,12 +217,15 @@ fn rate(part: i64, whole: i64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }
 
-/// `hits × size`: what players did not download because the engine was already there.
+/// `shared_hits × br_size`: the bytes players did not download because another game's visit
+/// had already put the engine on their device. Only those hits count (a repeat visit of the
+/// same game would have had it from the HTTP cache anyway), and at the size the CDN would
+/// have sent (the brotli form), not the engine's uncompressed size.
 pub fn bytes_saved(entry: &LibraryRow) -> i64 {
-    entry.hits.saturating_mul(entry.size)
+    entry.shared_hits.saturating_mul(entry.br_size)
 }
 
-/// Bytes saved over bytes stored.
+/// Bytes saved over bytes stored (the entry's size).
 pub fn roi(entry: &LibraryRow) -> f64 {
     if entry.size > 0 {
         bytes_saved(entry) as f64 / entry.size as f64
@@ -406,7 +413,9 @@ fn library(rows: &Rows) -> Library {
             builds: e.builds,
             live_builds: e.live_games,
             hits: e.hits,
+            shared_hits: e.shared_hits,
             misses: e.misses,
+            br_size: e.br_size,
             bytes_saved: bytes_saved(e),
             roi: roi(e),
             low_roi: roi(e) < rows.min_roi,

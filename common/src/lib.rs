@@ -1,11 +1,12 @@
 //! Parts shared by the API and the worker: configuration, database, object storage, keys,
-//! manifest types, signing keys, loader telemetry and metrics.
+//! manifest types, signing keys, the loader's bytes and paths, loader telemetry and metrics.
 
 pub mod config;
 pub mod dashboard;
 pub mod db;
 pub mod devices;
 pub mod keys;
+pub mod loader;
 pub mod manifest;
 pub mod metrics;
 pub mod rollups;

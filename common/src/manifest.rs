@@ -42,6 +42,13 @@ pub struct Manifest {
     /// Vertex animation texture bakes, one per mesh (`docs/vat.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vat: Vec<ManifestVat>,
+    /// Immutable URLs the build's pages fetch first (their modules, the models they name):
+    /// a host's `kiln.preheat` warms them before the game opens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm: Vec<String>,
+    /// Models the pages load through `kiln.model`: warmed in the device's variant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_models: Vec<String>,
 }
 
 /// One engine file of the build, served from the shared library.

@@ -185,7 +185,7 @@ pub static DECODE_FALLBACKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub static LIBRARY_BYTES_SAVED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "kiln_library_bytes_saved_total",
-        "Engine bytes players did not download because the engine was pre-warmed or cached",
+        "Engine bytes (brotli, as the CDN sends them) players did not download because another game's visit had put the engine on their device",
         &["engine"],
     )
 });
@@ -309,11 +309,13 @@ fn plain_label(value: &str) -> &str {
 
 /// Counts a beacon's events. Labels are bounded: device classes come from the rule table,
 /// variants, decoders and outcomes from fixed lists, and `game` is kept only for games Kiln
-/// knows (`known_game`), else `other`.
+/// knows (`known_game`), else `other`. A shared pre-warm hit adds what the CDN sends for the
+/// engine version (`transfer_size(engine, version)`, its brotli form) to the bytes saved.
 pub fn record_telemetry(
     events: &[crate::db::TelemetryEvent],
     rejected: usize,
     known_game: impl Fn(&str) -> bool,
+    transfer_size: impl Fn(&str, &str) -> Option<i64>,
 ) {
     for e in events {
         let class = e.device_class.as_str();
@@ -341,7 +343,11 @@ pub fn record_telemetry(
                         .observe(ms / 1000.0);
                 }
                 if outcome == "hit"
-                    && let Some(bytes) = e.bytes
+                    && e.shared == Some(true)
+                    && let Some(bytes) = transfer_size(
+                        e.engine.as_deref().unwrap_or(""),
+                        e.version.as_deref().unwrap_or(""),
+                    )
                 {
                     LIBRARY_BYTES_SAVED
                         .with_label_values(&[engine])

@@ -90,6 +90,8 @@ pub struct LatencyKey {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sums {
     pub count: i64,
+    /// Pre-warm hits another game's visit brought (`shared`; always 0 for decode).
+    pub shared_hits: i64,
     /// Decodes that fell back to another variant (always 0 for pre-warm).
     pub fallbacks: i64,
     pub bytes: i64,
@@ -127,6 +129,8 @@ impl Rollup {
                     })
                     .or_default();
                 sums.count += 1;
+                sums.shared_hits +=
+                    i64::from(e.outcome.as_deref() == Some("hit") && e.shared == Some(true));
                 sums.bytes += e.bytes.unwrap_or(0);
                 sums.ms_sum += e.ms.unwrap_or(0.0);
                 ("preheat", text(&e.engine), text(&e.outcome))
@@ -283,13 +287,20 @@ mod tests {
         let hour = hour_of("2026-11-30T21:59:59Z");
         assert_eq!(hour, "2026-11-30T21:00:00Z");
         r.add(&hour, &event("preheat", "desktop", Some(4.0)));
-        r.add(&hour, &event("preheat", "desktop", Some(4.0)));
+        r.add(
+            &hour,
+            &TelemetryEvent {
+                shared: Some(true),
+                ..event("preheat", "desktop", Some(4.0))
+            },
+        );
         r.add(&hour, &event("decode", "android-low", Some(100.0)));
         r.add(&hour, &event("decode", "android-low", None));
         r.add(&hour, &event("manifest", "desktop", Some(1.0)));
         assert_eq!(r.preheat.len(), 1);
         let p = r.preheat.values().next().unwrap();
         assert_eq!((p.count, p.bytes, p.ms_sum), (2, 200, 8.0));
+        assert_eq!(p.shared_hits, 1, "one of the two hits was shared");
         let d = r.decode.values().next().unwrap();
         assert_eq!((d.count, d.fallbacks), (2, 1));
         // Two latency keys: the preheat bucket (2 events) and one decode (the fallback had none).

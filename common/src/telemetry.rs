@@ -155,6 +155,11 @@ fn event_of(v: &Value) -> Result<TelemetryEvent, String> {
                 if outcome != "hit" && event.reason.is_none() {
                     return Err(format!("a {outcome} needs a `reason`"));
                 }
+                // True when the engine was on the device, put there by another game's visit.
+                event.shared = boolean("shared")?;
+                if outcome != "hit" && event.shared == Some(true) {
+                    return Err(format!("a {outcome} can't be `shared` (only a hit is)"));
+                }
             }
             event.outcome = Some(outcome);
         }
@@ -252,6 +257,35 @@ mod tests {
         assert!(parsed.rejected[1].contains("needs a `reason`"));
         assert!(parsed.rejected[2].contains("must be a number"));
         assert!(parsed.rejected[3].contains("unknown"));
+    }
+
+    #[test]
+    fn preheat_hits_say_whether_another_game_brought_the_engine() {
+        let body = br#"{"events":[
+            {"type":"preheat","game":"g","engine":"three","outcome":"hit","shared":true},
+            {"type":"preheat","game":"g","engine":"three","outcome":"hit","shared":false},
+            {"type":"preheat","game":"g","engine":"three","outcome":"hit"},
+            {"type":"preheat","game":"g","engine":"three","outcome":"miss","reason":"cold","shared":false},
+            {"type":"preheat","game":"g","engine":"three","outcome":"hit","shared":"yes"},
+            {"type":"preheat","game":"g","engine":"three","outcome":"miss","reason":"cold","shared":true},
+            {"type":"manifest","game":"g","outcome":"hit","shared":"ignored"}
+        ]}"#;
+        let parsed = parse(body, 100).unwrap();
+        let shared: Vec<Option<bool>> = parsed.events.iter().map(|e| e.shared).collect();
+        assert_eq!(
+            shared,
+            [Some(true), Some(false), None, Some(false), None],
+            "{:?}",
+            parsed.rejected
+        );
+        assert_eq!(parsed.events[4].kind, "manifest");
+        let why = parsed.rejected.join("\n");
+        assert!(
+            why.contains("event 4: `shared` must be true or false"),
+            "{why}"
+        );
+        assert!(why.contains("event 5: a miss can't be `shared`"), "{why}");
+        assert_eq!(parsed.rejected.len(), 2);
     }
 
     #[test]

@@ -19,7 +19,7 @@ const vendor = join(here, 'vendor');
 const engine = { 'build/three.module.min.js': 'three.module.min.js' };
 
 // Addon entry points, relative to examples/jsm/ (copied to vendor/addons/).
-const addonEntries = ['loaders/GLTFLoader.js'];
+const addonEntries = ['loaders/GLTFLoader.js', 'libs/meshopt_decoder.module.js'];
 
 function copy(fromRel, toRel) {
   const from = join(threeRoot, fromRel);

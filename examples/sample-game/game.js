@@ -1,6 +1,7 @@
 // Fox Coins: steer the fox around a meadow and collect the spinning coins.
 import * as THREE from 'three';
 import { GLTFLoader } from 'three/addons/loaders/GLTFLoader.js';
+import { MeshoptDecoder } from 'three/addons/libs/meshopt_decoder.module.js';
 
 const ARENA = 14;          // half-size of the playable square
 const COINS_PER_ROUND = 6;
@@ -132,7 +133,23 @@ function play(name) {
   current = actions[name];
 }
 
-new GLTFLoader().load('assets/Fox.glb', (gltf) => {
+// Served by Kiln, the model comes in the variant Kiln chose for this device (meshopt where it
+// decodes fast, else quantized), with a fallback when the decoder fails; from any other
+// server, GLTFLoader loads the file itself. Both give the same glTF.
+const gltfLoader = new GLTFLoader().setMeshoptDecoder(MeshoptDecoder);
+function loadFox() {
+  const direct = () => new Promise((resolve, reject) => gltfLoader.load('assets/Fox.glb', resolve, undefined, reject));
+  if (!globalThis.kiln?.model) return direct();
+  return kiln.model('assets/Fox.glb', {
+    decoder: MeshoptDecoder,
+    parse: (buf, info) => new Promise((resolve, reject) => gltfLoader.parse(buf, new URL('.', info.url).href, resolve, reject)),
+  }).then((r) => r.result, (err) => {
+    console.warn('kiln.model failed, loading the file itself:', err.reason ?? err);
+    return direct();
+  });
+}
+
+loadFox().then((gltf) => {
   fox = gltf.scene;
   fox.scale.setScalar(0.02); // the model is authored ~80 units tall
   fox.traverse((o) => { if (o.isMesh) o.castShadow = true; });
@@ -145,7 +162,7 @@ new GLTFLoader().load('assets/Fox.glb', (gltf) => {
   spawnCoins();
   messageEl.textContent = '';
   document.body.dataset.state = 'ready'; // lets automated smoke tests know the model loaded
-}, undefined, (err) => {
+}, (err) => {
   console.error('Failed to load Fox.glb', err);
   messageEl.textContent = 'Could not load the fox :(';
   document.body.dataset.state = 'error';

@@ -370,6 +370,18 @@ async fn build_in(
             size: e.size as i64,
             object_key: e.library_key.clone(),
             path: e.path.clone(),
+            // The library copy carries the build file's forms (publish::plan).
+            br_size: signed
+                .manifest
+                .files
+                .iter()
+                .find(|f| f.path == e.path)
+                .and_then(|f| {
+                    f.encodings
+                        .iter()
+                        .find(|form| form.encoding == kiln_common::keys::Encoding::Br)
+                })
+                .map(|form| form.size as i64),
         })
         .collect();
     db.record_library(&build.id, &build.game, &library).await?;

@@ -39,6 +39,9 @@ enum Command {
         /// Version written into the manifest.
         #[arg(long, default_value = "0.0.0")]
         version: String,
+        /// Build id written into the manifest and the rewritten pages' `<base>`.
+        #[arg(long, default_value = "local")]
+        build_id: String,
         /// Signing key (hex seed); default: the configured key, generated if missing.
         #[arg(long)]
         key: Option<PathBuf>,
@@ -171,6 +174,7 @@ fn main() -> std::process::ExitCode {
             out,
             game,
             version,
+            build_id,
             key,
             cdn_base,
             vat,
@@ -179,7 +183,12 @@ fn main() -> std::process::ExitCode {
             if vat && config.vat.files.is_empty() {
                 config.vat.files = vec!["*".into()];
             }
-            runtime.block_on(process(config, package, out, game, version, key, cdn_base))
+            let ids = Ids {
+                game,
+                version,
+                build_id,
+            };
+            runtime.block_on(process(config, package, out, ids, key, cdn_base))
         }
         Command::AnimError { .. } | Command::Vat { .. } => unreachable!("handled above"),
     };
@@ -262,12 +271,18 @@ impl StageObserver for Printer {
     }
 }
 
+/// What `process` names the build.
+struct Ids {
+    game: String,
+    version: String,
+    build_id: String,
+}
+
 async fn process(
     config: Config,
     package: PathBuf,
     out: PathBuf,
-    game: String,
-    version: String,
+    ids: Ids,
     key: Option<PathBuf>,
     cdn_base: String,
 ) -> anyhow::Result<std::process::ExitCode> {
@@ -279,9 +294,9 @@ async fn process(
     let (signer, _) = ManifestSigner::load_or_generate(&key_path)?;
     let bytes = std::fs::read(&package)?;
     let identity = BuildIdentity {
-        game,
-        version,
-        build_id: "local".into(),
+        game: ids.game,
+        version: ids.version,
+        build_id: ids.build_id,
         package_sha256: hex::encode(sha2::Sha256::digest(&bytes)),
         created_at: kiln_common::db::now(),
     };

@@ -182,11 +182,13 @@ pub fn prepare(
         step(observer, &mut report, options, engines::NAME, |_| {
             let api = options.api_base.trim_end_matches('/');
             let links = BootLinks {
-                loader: format!("{api}/sdk/kiln-loader.js"),
+                loader: format!("{api}{}", kiln_common::loader::versioned_path()),
                 game: identity.game.clone(),
                 manifest: format!("{api}/v1/games/{}/manifest", identity.game),
                 telemetry: format!("{api}/v1/telemetry"),
                 keys: vec![serde_json::to_value(signer.public_jwk()).expect("JWK serialises")],
+                build: identity.build_id.clone(),
+                base: Some(page_base(options, identity)),
             };
             let cdn = options.cdn_base.trim_end_matches('/');
             let failed = |e: engines::EnginesError| PipelineError {
@@ -220,20 +222,12 @@ pub fn prepare(
             reason,
             permanent,
         };
-        let kiln_toml = if tree.contains(vat::BUILD_CONFIG) {
-            let path = tree.root.join(vat::BUILD_CONFIG);
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                failed(
-                    format!("{}: {e}", vat::BUILD_CONFIG),
-                    Some(vat::BUILD_CONFIG),
-                    true,
-                )
-            })?;
-            Some(text)
-        } else {
-            None
-        };
+        let kiln_toml =
+            build_config(&tree).map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
         let selection = vat::build_selection(kiln_toml.as_deref(), &options.vat)
+            .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
+        // Checked here, with the rest of the build's configuration, before any model work.
+        geometry::served_variant(kiln_toml.as_deref())
             .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
         vat::run(&tree, &inventory, &selection)
             .map_err(|e| failed(e.to_string(), Some(&e.path), e.is_permanent()))
@@ -288,12 +282,22 @@ pub fn prepare(
     report.record(encode::NAME, &encode_report);
 
     let (signed, sign_report) = step(observer, &mut report, options, sign::NAME, |_| {
+        let variant = build_config(&tree)
+            .and_then(|text| geometry::served_variant(text.as_deref()))
+            .map_err(|reason| PipelineError {
+                stage: sign::NAME,
+                file: Some(vat::BUILD_CONFIG.to_string()),
+                permanent: true,
+                reason,
+            })?;
+        let serving = serving(&engines_report, variant, &page_base(options, identity));
         Ok(sign::run(
             identity,
             &outputs,
             &models,
             &vat_baked,
             &engines_report.engines,
+            &serving,
             &options.cdn_base,
             signer,
         ))
@@ -312,6 +316,55 @@ pub fn prepare(
         plan,
         report,
     })
+}
+
+/// The build's own `kiln.toml`, if it has one.
+fn build_config(tree: &FileTree) -> Result<Option<String>, String> {
+    if !tree.contains(vat::BUILD_CONFIG) {
+        return Ok(None);
+    }
+    std::fs::read_to_string(tree.root.join(vat::BUILD_CONFIG))
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", vat::BUILD_CONFIG))
+}
+
+/// The build's immutable folder under `/play/` (a rewritten page's `<base>`).
+fn page_base(options: &PipelineOptions, identity: &BuildIdentity) -> String {
+    format!(
+        "{}/play/{}/@{}/",
+        options.api_base.trim_end_matches('/'),
+        identity.game,
+        identity.build_id
+    )
+}
+
+/// What the rewritten pages fetch first, for the manifest's `warm` lists.
+fn serving(report: &engines::EnginesReport, variant: Option<String>, base: &str) -> sign::Serving {
+    let mut serving = sign::Serving {
+        variant,
+        ..Default::default()
+    };
+    for page in &report.pages {
+        if page.rewrite.base.is_none() {
+            continue;
+        }
+        let direct_models = if page.rewrite.kiln_model {
+            serving
+                .warm_models
+                .extend(page.rewrite.models.iter().cloned());
+            &[][..]
+        } else {
+            &page.rewrite.models[..]
+        };
+        for path in page.rewrite.preloaded.iter().chain(direct_models) {
+            serving.warm.push(format!("{base}{path}"));
+        }
+    }
+    serving.warm.sort();
+    serving.warm.dedup();
+    serving.warm_models.sort();
+    serving.warm_models.dedup();
+    serving
 }
 
 /// Inventories the tree again (it now holds the VAT outputs): each output is marked as made

@@ -97,7 +97,11 @@ fn the_sample_games_page_gets_the_loader() {
     use kiln_worker::stages::{FileTree, TreeFile, inventory};
 
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game");
-    npm_installed(&sample, "vendor/three.module.min.js", "install");
+    npm_installed(
+        &sample,
+        "vendor/addons/libs/meshopt_decoder.module.js",
+        "install",
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     for path in ["game.js", "index.html", "vendor/three.module.min.js"] {
@@ -121,6 +125,8 @@ fn the_sample_games_page_gets_the_loader() {
         manifest: "https://kiln.test/v1/games/sample/manifest".into(),
         telemetry: "https://kiln.test/v1/telemetry".into(),
         keys: vec![],
+        build: "b1".into(),
+        base: Some("https://kiln.test/play/sample/@b1/".into()),
     };
     let (tree, report) = engines::run(&tree, &inventory, &EngineOptions::default(), &links, &|k| {
         format!("https://kiln.test/cdn/{k}")
@@ -157,11 +163,30 @@ fn the_sample_games_page_gets_the_loader() {
     assert_eq!(report.pages.len(), 1);
     let page = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
     assert!(
-        page.contains(r#"<script src="https://kiln.test/sdk/kiln-loader.js"></script>"#),
+        page.contains(r#"<script async src="https://kiln.test/sdk/kiln-loader.js"></script>"#),
         "{page}"
     );
-    assert!(page.contains(r#"data-kiln-type="importmap""#), "{page}");
-    assert!(page.contains(r#"data-kiln-type="module""#), "{page}");
+    assert!(
+        page.contains(r#"<base href="https://kiln.test/play/sample/@b1/">"#),
+        "{page}"
+    );
+    assert!(
+        !page.contains(r#"type="importmap""#),
+        "the boot script writes the map: {page}"
+    );
+    assert!(
+        page.contains(r#"<script type="module" src="game.js"></script>"#),
+        "the game's module runs as written: {page}"
+    );
+    assert_eq!(
+        report.pages[0].rewrite.preloaded,
+        ["game.js"],
+        "the addons are not in this tree"
+    );
+    assert!(page.contains(&format!(
+        r#"<link rel="modulepreload" href="https://kiln.test/cdn/{}" integrity="sha256-"#,
+        engine.library_key
+    )));
     assert!(
         page.contains(r#""path":"vendor/three.module.min.js""#),
         "{page}"

@@ -2,17 +2,18 @@
 //!
 //! `Cache-Control: immutable` (keys are content-addressed), a strong `ETag` and `304`, single
 //! `Range` requests (`206`/`416`), and `Content-Encoding` negotiation over the pre-compressed
-//! forms. `/play/{game}/…` serves the live build by its own paths so a browser can run it.
+//! forms. `/play/{game}/…` serves the live build by its own paths so a browser can run it;
+//! `/play/{game}/@{build_id}/…` serves one build's files, cached forever.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kiln_common::keys::{self, Encoding};
-use kiln_common::manifest::Manifest;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::play_index::PlayFile;
 
 #[utoipa::path(get, path = "/cdn/{key}",
     params(("key" = String, Path, description = "Object key from the manifest, e.g. files/ab/ab….js")),
@@ -25,35 +26,55 @@ pub async fn object(
     if !keys::is_public_key(&key) {
         return Err(ApiError::not_found(format!("object {key} not found")));
     }
-    serve(&state, &key, &headers, keys::IMMUTABLE).await
+    serve(&state, &key, None, &headers, keys::IMMUTABLE).await
 }
 
-/// `GET /play/{game}/{path}`: the live build's file at `path`, so relative URLs inside the
-/// game keep working. Short-lived, because the live build moves.
+/// Cache policy of a live-build HTML page: stored, but revalidated (strong ETag, so a `304`)
+/// on every visit, because the live build moves.
+pub const LIVE_PAGE: &str = "no-cache";
+
+/// A request path inside a build: a directory means its `index.html`.
+fn file_path(path: &str) -> String {
+    if path.is_empty() || path.ends_with('/') {
+        format!("{path}index.html")
+    } else {
+        path.to_string()
+    }
+}
+
+#[utoipa::path(get, path = "/play/{game}/{path}",
+    description = "The game's live build by its own paths (`/play/{game}/` is its `index.html`), so relative URLs inside the game keep working. HTML pages `Cache-Control: no-cache` (revalidated every visit), other files `max-age=60`; ETag/304, ranges and br/gzip as on /cdn.",
+    params(("game" = String, Path), ("path" = String, Path, description = "a file's path in the build")),
+    responses((status = 200), (status = 206), (status = 304), (status = 404), (status = 416)))]
+/// `GET /play/{game}/{path}`: the live build's file at `path`. Pages are revalidated on
+/// every visit and other files are short-lived, because the live build moves; the
+/// build-scoped route ([`play_build`]) is the one to cache forever.
 pub async fn play(
     State(state): State<AppState>,
     Path((game, path)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let path = if path.is_empty() || path.ends_with('/') {
-        format!("{path}index.html")
-    } else {
-        path
-    };
+    let path = file_path(&path);
+    // One database read per request: the live release can move at any time (release,
+    // rollback). Its manifest is immutable under its key, so the parsed files are cached.
     let row = state
         .db
         .live_release(&game)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("game {game:?} has no published build")))?;
-    let bytes = state.storage.get_bytes(&row.manifest_key).await?;
-    let manifest: Manifest = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::unavailable(format!("stored manifest unreadable: {e}")))?;
-    let file = manifest
-        .files
-        .iter()
-        .find(|f| f.path == path)
+    let index = state
+        .manifests
+        .load(&state.storage, &row.manifest_key, &row.manifest_key)
+        .await?;
+    let file = index
+        .file(&path)
         .ok_or_else(|| ApiError::not_found(format!("{path} is not in {game}'s live build")))?;
-    serve(&state, &file.key, &headers, keys::SHORT_LIVED).await
+    let cache_control = if file.is_html {
+        LIVE_PAGE
+    } else {
+        keys::SHORT_LIVED
+    };
+    serve(&state, &file.key, Some(file), &headers, cache_control).await
 }
 
 pub async fn play_root(
@@ -62,6 +83,51 @@ pub async fn play_root(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     play(state, Path((game, String::new())), headers).await
+}
+
+#[utoipa::path(get, path = "/play/{game}/@{build_id}/{path}",
+    description = "File `path` of one published build of the game (`/play/{game}/@{build_id}/` is its `index.html`), any build with a manifest, live or not: `Cache-Control: public, max-age=31536000, immutable`, ETag/304, ranges and br/gzip as on /cdn. Rewritten pages set `<base href=\"/play/{game}/@{build_id}/\">`, so everything they load comes from here.",
+    params(("game" = String, Path), ("build_id" = String, Path), ("path" = String, Path, description = "a file's path in the build")),
+    responses((status = 200), (status = 206), (status = 304), (status = 404), (status = 416)))]
+/// `GET /play/{game}/@{build_id}/{path}`: a file of that exact build, cached forever.
+pub async fn play_build(
+    State(state): State<AppState>,
+    Path((game, build_id, path)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let path = file_path(&path);
+    let not_found = || ApiError::not_found(format!("{game:?} has no published build {build_id}"));
+    // A build's manifest never changes: once found, neither the database nor the store is
+    // asked again for it.
+    let cache_key = format!("@{game}/{build_id}");
+    let index = match state.manifests.get(&cache_key) {
+        Some(index) => index,
+        None => {
+            let row = state
+                .db
+                .manifests_for_build(&build_id)
+                .await?
+                .into_iter()
+                .find(|m| m.game == game)
+                .ok_or_else(not_found)?;
+            state
+                .manifests
+                .load(&state.storage, &cache_key, &row.manifest_key)
+                .await?
+        }
+    };
+    let file = index
+        .file(&path)
+        .ok_or_else(|| ApiError::not_found(format!("{path} is not in build {build_id}")))?;
+    serve(&state, &file.key, Some(file), &headers, keys::IMMUTABLE).await
+}
+
+pub async fn play_build_root(
+    state: State<AppState>,
+    Path((game, build_id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    play_build(state, Path((game, build_id, String::new())), headers).await
 }
 
 /// True when `If-None-Match` names `etag` (or is `*`).
@@ -75,8 +141,44 @@ pub fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
         .any(|t| t == etag || t == "*")
 }
 
+/// How hard [`compress`] works: `Best` for bytes compressed once and kept (the loader),
+/// `Fast` for bytes compressed per request (manifests, a few KB).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    Best,
+    Fast,
+}
+
+/// `input` in `encoding`. Deterministic (gzip with a fixed header: mtime 0, no name), so the
+/// same bytes give the same form, and the same ETag, on every replica and start.
+pub fn compress(input: &[u8], encoding: Encoding, effort: Effort) -> Vec<u8> {
+    use std::io::Write;
+    match encoding {
+        Encoding::Br => {
+            // Quality 11, window 22: the same as the pipeline gives published scripts.
+            let quality = if effort == Effort::Best { 11 } else { 5 };
+            let mut out = Vec::new();
+            {
+                let mut w = brotli::CompressorWriter::new(&mut out, 64 * 1024, quality, 22);
+                w.write_all(input).expect("compress to memory");
+            }
+            out
+        }
+        Encoding::Gzip => {
+            let level = if effort == Effort::Best {
+                flate2::Compression::best()
+            } else {
+                flate2::Compression::default()
+            };
+            let mut w = flate2::GzBuilder::new().write(Vec::new(), level);
+            w.write_all(input).expect("compress to memory");
+            w.finish().expect("compress to memory")
+        }
+    }
+}
+
 /// Encodings the client accepts, best first, among those we have forms for.
-fn accepted_encodings(headers: &HeaderMap) -> Vec<Encoding> {
+pub fn accepted_encodings(headers: &HeaderMap) -> Vec<Encoding> {
     let mut accepted: Vec<(Encoding, f32)> = Vec::new();
     for value in headers
         .get_all(header::ACCEPT_ENCODING)
@@ -150,26 +252,40 @@ fn etag_for(key: &str, encoding: Option<Encoding>) -> String {
     }
 }
 
+/// Serves the object at `key` (identity) or one of its pre-compressed forms. `known`: what
+/// a manifest says of it (size and forms), so no store lookups are needed before opening
+/// the bytes; without it (`/cdn`), the store is asked which forms exist.
 async fn serve(
     state: &AppState,
     key: &str,
+    known: Option<&PlayFile>,
     headers: &HeaderMap,
     cache_control: &'static str,
 ) -> ApiResult<Response> {
     let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     // A range names bytes of one representation; we serve ranges of the identity bytes only.
-    let mut chosen: Option<(Encoding, String)> = None;
+    let mut chosen: Option<(Encoding, String, u64)> = None;
     if range_header.is_none() && (key.starts_with("files/") || key.starts_with("library/")) {
         for encoding in accepted_encodings(headers) {
             let encoded = keys::encoded_key(key, encoding);
-            if state.storage.head(&encoded).await?.is_some() {
-                chosen = Some((encoding, encoded));
-                break;
+            match known {
+                Some(file) => {
+                    if let Some((_, size)) = file.forms.iter().find(|(e, _)| *e == encoding) {
+                        chosen = Some((encoding, encoded, *size));
+                        break;
+                    }
+                }
+                None => {
+                    if let Some(meta) = state.storage.head(&encoded).await? {
+                        chosen = Some((encoding, encoded, meta.size));
+                        break;
+                    }
+                }
             }
         }
     }
-    let encoding = chosen.as_ref().map(|(e, _)| *e);
-    let object_key = chosen.as_ref().map_or(key, |(_, k)| k.as_str());
+    let encoding = chosen.as_ref().map(|(e, _, _)| *e);
+    let object_key = chosen.as_ref().map_or(key, |(_, k, _)| k.as_str());
     let etag = etag_for(key, encoding);
 
     let mut out = HeaderMap::new();
@@ -192,14 +308,22 @@ async fn serve(
         return Ok((StatusCode::NOT_MODIFIED, out).into_response());
     }
 
-    let meta = state
-        .storage
-        .head(object_key)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("object {key} not found")))?;
+    let size = match (&chosen, known) {
+        (Some((_, _, size)), _) => *size,
+        (None, Some(file)) => file.size,
+        (None, None) => {
+            state
+                .storage
+                .head(object_key)
+                .await?
+                .ok_or_else(|| ApiError::not_found(format!("object {key} not found")))?
+                .size
+        }
+    };
+    let content_type = keys::headers_for_key(object_key).content_type;
     out.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_str(&meta.headers.content_type).expect("ascii content type"),
+        HeaderValue::from_str(&content_type).expect("ascii content type"),
     );
     if let Some(e) = encoding {
         out.insert(
@@ -213,14 +337,14 @@ async fn serve(
         .and_then(|v| v.to_str().ok())
         .is_none_or(|v| v.trim() == etag);
     let range = match range_header {
-        Some(value) if if_range_ok => parse_range(value, meta.size),
+        Some(value) if if_range_ok => parse_range(value, size),
         _ => None,
     };
     match range {
         Some(Err(())) => {
             out.insert(
                 header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes */{}", meta.size)).expect("ascii"),
+                HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
             );
             Ok((StatusCode::RANGE_NOT_SATISFIABLE, out).into_response())
         }
@@ -228,14 +352,14 @@ async fn serve(
             let (_, stream) = state.storage.open(object_key, Some((first, last))).await?;
             out.insert(
                 header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes {first}-{last}/{}", meta.size))
-                    .expect("ascii"),
+                HeaderValue::from_str(&format!("bytes {first}-{last}/{size}")).expect("ascii"),
             );
             out.insert(header::CONTENT_LENGTH, HeaderValue::from(last - first + 1));
             Ok((StatusCode::PARTIAL_CONTENT, out, Body::from_stream(stream)).into_response())
         }
         None => {
-            let (_, stream) = state.storage.open(object_key, None).await?;
+            let (meta, stream) = state.storage.open(object_key, None).await?;
+            // The store's size, not the manifest's: the length must match the bytes sent.
             out.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.size));
             Ok((StatusCode::OK, out, Body::from_stream(stream)).into_response())
         }

@@ -6,36 +6,112 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::auth::{Admin, Team};
 use crate::error::{ApiError, ApiResult};
 
-/// The loader, served as written (`api/sdk/kiln-loader.js`).
-pub const LOADER: &str = include_str!("../../sdk/kiln-loader.js");
+/// The loader, served as written (`api/sdk/kiln-loader.js`, through `kiln_common::loader`).
+pub use kiln_common::loader::LOADER;
+
+/// Cache policy of the mutable alias `/sdk/kiln-loader.js`. Five minutes, not longer: the
+/// loader is the code that checks signatures and hashes, so a fix must reach pages that
+/// name the alias within minutes, and revalidating it is a cheap `304` (an ETag per form).
+/// Pages Kiln rewrites load the versioned path instead, which is `immutable`.
+pub const LOADER_ALIAS: &str = "public, max-age=300";
+
+/// The loader's brotli and gzip forms, compressed once, at first use.
+struct LoaderForms {
+    br: bytes::Bytes,
+    gzip: bytes::Bytes,
+}
+
+fn compress_loader() -> LoaderForms {
+    use crate::routes::cdn::{Effort, compress};
+    use kiln_common::keys::Encoding;
+    let input = LOADER.as_bytes();
+    LoaderForms {
+        br: compress(input, Encoding::Br, Effort::Best).into(),
+        gzip: compress(input, Encoding::Gzip, Effort::Best).into(),
+    }
+}
+
+async fn loader_forms() -> &'static LoaderForms {
+    static FORMS: tokio::sync::OnceCell<LoaderForms> = tokio::sync::OnceCell::const_new();
+    FORMS
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(compress_loader)
+                .await
+                .expect("loader compression")
+        })
+        .await
+}
 
 #[utoipa::path(get, path = "/sdk/kiln-loader.js",
-    description = "The Kiln loader (no dependencies): `kiln.preheat(manifestUrl)`, `kiln.engine(name)`, `kiln.boot(config)`. See api/sdk/README.md.",
+    description = "The Kiln loader (no dependencies): `kiln.preheat(manifestUrl)`, `kiln.engine(name)`, `kiln.boot(config)`. See api/sdk/README.md. br/gzip by Accept-Encoding (an ETag each), `max-age=300`; the same bytes are at `/sdk/kiln-loader.{hash}.js`, `immutable`.",
     responses((status = 200, content_type = "text/javascript"), (status = 304)))]
 pub async fn loader(headers: HeaderMap) -> Response {
-    static ETAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let etag = ETAG.get_or_init(|| format!("\"{}\"", &hex::encode(Sha256::digest(LOADER))[..32]));
+    serve_loader(&headers, LOADER_ALIAS).await
+}
+
+#[utoipa::path(get, path = "/sdk/{file}",
+    description = "The loader under its content-addressed name `kiln-loader.{hash}.js` (`hash`: the first 16 hex characters of its SHA-256; `kiln_common::loader::versioned_path()`), `Cache-Control: public, max-age=31536000, immutable`; any other name is 404.",
+    params(("file" = String, Path, description = "kiln-loader.{hash}.js")),
+    responses((status = 200, content_type = "text/javascript"), (status = 304), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn loader_file(Path(file): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
+    if file != kiln_common::loader::versioned_file_name() {
+        return Err(ApiError::not_found(format!("/sdk/{file} not found")));
+    }
+    Ok(serve_loader(&headers, kiln_common::keys::IMMUTABLE).await)
+}
+
+async fn serve_loader(headers: &HeaderMap, cache_control: &'static str) -> Response {
+    use kiln_common::keys::Encoding;
+    let encoding = crate::routes::cdn::accepted_encodings(headers)
+        .into_iter()
+        .next();
+    let digest = &kiln_common::loader::sha256()[..32];
+    let etag = match encoding {
+        Some(e) => format!("\"{digest}-{}\"", e.token()),
+        None => format!("\"{digest}\""),
+    };
     let mut out = HeaderMap::new();
     out.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=300"),
+        HeaderValue::from_static(cache_control),
     );
-    out.insert(header::ETAG, HeaderValue::from_str(etag).expect("hex etag"));
+    out.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).expect("hex etag"),
+    );
+    out.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
     out.insert("access-control-allow-origin", HeaderValue::from_static("*"));
-    if crate::routes::cdn::etag_matches(&headers, etag) {
+    out.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    if crate::routes::cdn::etag_matches(headers, &etag) {
         return (StatusCode::NOT_MODIFIED, out).into_response();
     }
     out.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/javascript; charset=utf-8"),
     );
-    (StatusCode::OK, out, LOADER).into_response()
+    let body = match encoding {
+        None => bytes::Bytes::from_static(LOADER.as_bytes()),
+        Some(e) => {
+            out.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(e.token()),
+            );
+            let forms = loader_forms().await;
+            match e {
+                Encoding::Br => forms.br.clone(),
+                Encoding::Gzip => forms.gzip.clone(),
+            }
+        }
+    };
+    (StatusCode::OK, out, body).into_response()
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -43,7 +119,8 @@ pub struct LibraryView {
     pub entries: Vec<LibraryEntryView>,
     /// Bytes the library stores (each entry once).
     pub bytes_stored: i64,
-    /// Bytes players did not download because the engine was already on their device.
+    /// Bytes players did not download because another game's visit had already put the
+    /// engine on their device (each entry's `bytes_saved`, summed).
     pub bytes_saved: i64,
     /// An entry is flagged `low_roi` while `bytes_saved < size × min_roi`.
     pub min_roi: f64,
@@ -68,7 +145,12 @@ pub struct LibraryEntryView {
     pub fallbacks: i64,
     /// `hits / (hits + misses + fallbacks)`; null before any report.
     pub hit_rate: Option<f64>,
-    /// `hits × size`.
+    /// Hits another game's visit brought (the loader's `shared`): the engine was on the
+    /// device only thanks to the library. Same-game repeats would have been in the HTTP cache.
+    pub shared_hits: i64,
+    /// The size of its brotli form: what the CDN sends for it (its `size` where unknown).
+    pub br_size: i64,
+    /// `shared_hits × br_size`: bytes not downloaded thanks to the library.
     pub bytes_saved: i64,
     /// `bytes_saved / size`.
     pub roi: f64,
@@ -111,6 +193,8 @@ pub async fn list(
                 misses: e.misses,
                 fallbacks: e.fallbacks,
                 hit_rate: (reports > 0).then(|| e.hits as f64 / reports as f64),
+                shared_hits: e.shared_hits,
+                br_size: e.br_size,
                 bytes_saved,
                 roi,
                 low_roi: roi < min_roi,

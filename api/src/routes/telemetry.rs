@@ -161,7 +161,17 @@ pub async fn ingest(
     }
     // Counted when queued, so the metrics don't wait for the batch write.
     let known = state.ingest.known_games(&state.db, &parsed.events).await;
-    kiln_common::metrics::record_telemetry(&parsed.events, rejected, |g| known.contains(g));
+    let sizes = state.ingest.transfer_sizes(&state.db, &parsed.events).await;
+    kiln_common::metrics::record_telemetry(
+        &parsed.events,
+        rejected,
+        |g| known.contains(g),
+        |engine, version| {
+            sizes
+                .get(&(engine.to_string(), version.to_string()))
+                .copied()
+        },
+    );
     state.ingest.send(kiln_common::db::now(), parsed.events);
     Ok(with_cors(
         (

@@ -351,7 +351,11 @@ pub fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 pub fn sample_package() -> Vec<u8> {
     let dir = repo_root().join("examples/sample-game");
-    npm_installed(&dir, "vendor/three.module.min.js", "install");
+    npm_installed(
+        &dir,
+        "vendor/addons/libs/meshopt_decoder.module.js",
+        "install",
+    );
     kiln_api::demo::package_dir(&dir).expect("package sample game")
 }
 

@@ -112,7 +112,8 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     assert!(reduction > 0.1 && reduction < 1.0, "{split}");
     assert_eq!(split["pages"][0]["path"], "index.html");
 
-    // The page gets its engine through the loader; everything else waits for it.
+    // The page gets its engine from the library, verified by the browser (integrity), while
+    // its own modules load beside it; the loader comes async, off the critical path.
     let page = kiln
         .http
         .get(format!("{}/play/fox-a/", kiln.url))
@@ -126,9 +127,22 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
         page.contains(&format!("{}/sdk/kiln-loader.js", kiln.url)),
         "{page}"
     );
-    assert!(page.contains("kiln.boot("));
-    assert!(page.contains(r#"data-kiln-type="importmap""#), "{page}");
-    assert!(page.contains(r#"data-kiln-type="module""#), "{page}");
+    assert!(page.contains("__kilnBoot"), "{page}");
+    assert!(
+        page.contains(&format!(
+            r#"<link rel="modulepreload" href="{}/cdn/library/"#,
+            kiln.url
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!(
+            r#"<base href="{}/play/fox-a/@{build_a}/">"#,
+            kiln.url
+        )),
+        "{page}"
+    );
+    assert!(!page.contains("text/kiln-deferred"), "{page}");
     let loader = kiln
         .http
         .get(format!("{}/sdk/kiln-loader.js", kiln.url))
@@ -162,7 +176,9 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     let (code, _) = kiln.get_json("not-a-token", "/v1/library").await;
     assert_eq!(code, 401);
 
-    // Two hits reported: the ROI follows (bad events are counted, not stored).
+    // Two hits reported, neither `shared` (each game's own visit had cached it): they are
+    // counted, but saved nothing the HTTP cache would not have (bad events are counted,
+    // not stored).
     let beacon = json!({"events": [
         {"type": "preheat", "game": "fox-a", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 3.5, "device": {"class": "desktop"}},
         {"type": "preheat", "game": "fox-b", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 2.0},
@@ -189,8 +205,9 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     })
     .await;
     let entry = &library["entries"][0];
-    assert_eq!(entry["bytes_saved"], 2 * size);
-    assert_eq!(entry["roi"], 2.0);
+    assert_eq!(entry["shared_hits"], 0);
+    assert_eq!(entry["bytes_saved"], 0);
+    assert_eq!(entry["roi"], 0.0);
     assert_eq!(entry["hit_rate"], 1.0);
 
     // An entry a live release carries cannot be deleted; only the admin may try.
@@ -210,6 +227,88 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
+    kiln.stop().await;
+}
+
+/// What the library saved counts only the hits another game's visit brought (`shared`), at
+/// the size the CDN sends (the brotli form): a game's own repeat visits saved nothing the
+/// HTTP cache would not have.
+pub async fn library_saves_only_what_another_game_brought(deployment: Deployment) {
+    let kiln = Kiln::start(deployment).await;
+    let (_, token) = kiln.team("shared").await;
+    kiln.publish(&token, "shared-a", "1.0.0", sample_package())
+        .await;
+    kiln.publish(&token, "shared-b", "1.0.0", sample_package())
+        .await;
+    let (_, library) = kiln.get_json(&token, "/v1/library").await;
+    let entry = library["entries"][0].clone();
+    let size = entry["size"].as_i64().unwrap();
+    let br_size = entry["br_size"].as_i64().unwrap();
+    // The brotli form's size, as the CDN sends it.
+    let sent = kiln
+        .http
+        .get(entry["url"].as_str().unwrap())
+        .header("accept-encoding", "br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.headers()["content-encoding"], "br");
+    assert_eq!(sent.bytes().await.unwrap().len() as i64, br_size);
+    assert!(br_size > 0 && br_size < size / 2, "{entry}");
+    let saved_metric = || async {
+        metric_sum(
+            &kiln.metrics().await,
+            "kiln_library_bytes_saved_total",
+            &[("engine", "three")],
+        )
+    };
+    let metric_before = saved_metric().await;
+
+    // Game A twice on its own cache: hits, nothing saved.
+    let hit = |game: &str, shared: bool| {
+        json!({"type": "preheat", "game": game, "engine": "three", "version": "0.160",
+               "outcome": "hit", "ms": 2.0, "shared": shared})
+    };
+    let response = kiln
+        .send_beacon(&[hit("shared-a", false), hit("shared-a", false)])
+        .await;
+    assert_eq!(response.status(), 202);
+    let library = eventually("game A's hits in the library", || async {
+        let (_, library) = kiln.get_json(&token, "/v1/library").await;
+        (library["entries"][0]["hits"] == 2).then_some(library)
+    })
+    .await;
+    let entry = &library["entries"][0];
+    assert_eq!(entry["shared_hits"], 0, "{entry}");
+    assert_eq!(entry["bytes_saved"], 0);
+    assert_eq!(entry["roi"], 0.0);
+    assert_eq!(library["bytes_saved"], 0);
+    assert_eq!(saved_metric().await, metric_before);
+
+    // Game B finds the engine game A's visit put on the device: one download saved.
+    let response = kiln.send_beacon(&[hit("shared-b", true)]).await;
+    assert_eq!(response.status(), 202);
+    let library = eventually("game B's shared hit in the library", || async {
+        let (_, library) = kiln.get_json(&token, "/v1/library").await;
+        (library["entries"][0]["hits"] == 3).then_some(library)
+    })
+    .await;
+    let entry = &library["entries"][0];
+    assert_eq!(entry["shared_hits"], 1, "{entry}");
+    assert_eq!(entry["bytes_saved"], br_size);
+    assert_eq!(library["bytes_saved"], br_size);
+    assert!((entry["roi"].as_f64().unwrap() - br_size as f64 / size as f64).abs() < 1e-9);
+    assert_eq!(saved_metric().await, metric_before + br_size as f64);
+    // The raw event keeps the flag; the dashboard counts the same.
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    let events = db.telemetry_for_game("shared-b").await.unwrap();
+    assert_eq!(events.last().unwrap().shared, Some(1));
+    let (code, dashboard) = kiln
+        .get_json(&token, "/v1/dashboard/data?game=shared-b")
+        .await;
+    assert_eq!(code, 200, "{dashboard}");
+    assert_eq!(dashboard["library"]["totals"]["bytes_saved"], br_size);
+    assert_eq!(dashboard["library"]["entries"][0]["shared_hits"], 1);
     kiln.stop().await;
 }
 

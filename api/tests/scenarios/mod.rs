@@ -10,8 +10,10 @@ use serde_json::Value;
 use crate::common::*;
 
 mod library;
+mod serving;
 mod telemetry;
 pub use library::*;
+pub use serving::*;
 pub use telemetry::*;
 
 /// Upload → published → manifest verifies against /v1/keys → every file fetches with its hash.
@@ -921,10 +923,12 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
             out.to_str().unwrap(),
         ])
         .args(["--key", key_file.to_str().unwrap()])
-        // The same game and URLs: rewritten pages name the game, the loader and the library.
+        // The same game, build and URLs: rewritten pages name the game, build, loader and library.
         .args([
             "--game",
             "crash-game",
+            "--build-id",
+            &id,
             "--cdn-base",
             &format!("{}/cdn", kiln.url),
         ])

@@ -13,6 +13,8 @@ pub struct LibraryFile {
     pub size: i64,
     pub object_key: String,
     pub path: String,
+    /// Its brotli form's size (what the CDN sends for it), if it has one.
+    pub br_size: Option<i64>,
 }
 
 /// One library entry with its reuse and what telemetry says it saved.
@@ -32,6 +34,11 @@ pub struct LibraryRow {
     pub hits: i64,
     pub misses: i64,
     pub fallbacks: i64,
+    /// What the CDN sends for it: its brotli form's size (its `size` for an entry indexed
+    /// before sizes were recorded, or one without a brotli form).
+    pub br_size: i64,
+    /// Hits another game's visit brought (`shared`): only these saved a download.
+    pub shared_hits: i64,
 }
 
 impl Db {
@@ -46,9 +53,9 @@ impl Db {
         let mut tx = self.pool.begin().await?;
         let at = now();
         for f in files {
-            sqlx::query(
+            let inserted = sqlx::query(
                 "INSERT INTO library_entries (sha256, engine, version, size, object_key, \
-                 first_build_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 first_build_id, created_at, br_size) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
                  ON CONFLICT (sha256) DO NOTHING",
             )
             .bind(&f.sha256)
@@ -58,8 +65,24 @@ impl Db {
             .bind(&f.object_key)
             .bind(build_id)
             .bind(&at)
+            .bind(f.br_size)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+            if inserted == 0
+                && let Some(br_size) = f.br_size
+            {
+                // An entry indexed before sizes were recorded gets one now. (A plain UPDATE
+                // locks only the rows it changes, unlike an upsert's DO UPDATE.)
+                sqlx::query(
+                    "UPDATE library_entries SET br_size = $1 \
+                     WHERE sha256 = $2 AND br_size IS NULL",
+                )
+                .bind(br_size)
+                .bind(&f.sha256)
+                .execute(&mut *tx)
+                .await?;
+            }
             sqlx::query(
                 "INSERT INTO library_refs (sha256, build_id, game, path) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (sha256, build_id, path) DO NOTHING",
@@ -76,7 +99,7 @@ impl Db {
     }
 
     /// Every entry, biggest first, with reuse counts and telemetry outcomes (matched by
-    /// engine and version: what the loader reports).
+    /// engine and version: what the loader reports), shared hits among them.
     pub async fn library(&self) -> Result<Vec<LibraryRow>, DbError> {
         // Outcomes come from the hourly rollups, which outlive the raw events.
         let outcome = |outcome: &str| {
@@ -94,7 +117,11 @@ impl Db {
                 JOIN library_refs r ON r.build_id = rel.build_id WHERE r.sha256 = e.sha256 \
                 AND rel.sequence = (SELECT MAX(sequence) FROM releases WHERE game = rel.game)) \
                 AS live_games, \
-             {} AS hits, {} AS misses, {} AS fallbacks \
+             {} AS hits, {} AS misses, {} AS fallbacks, \
+             CAST(COALESCE(e.br_size, e.size) AS BIGINT) AS br_size, \
+             (SELECT CAST(COALESCE(SUM(p.shared_hits), 0) AS BIGINT) FROM preheat_hourly p \
+                WHERE p.engine = e.engine AND p.version = e.version AND p.outcome = 'hit') \
+                AS shared_hits \
              FROM library_entries e ORDER BY e.size DESC, e.sha256",
             outcome("hit"),
             outcome("miss"),
@@ -103,6 +130,23 @@ impl Db {
         Ok(sqlx::query_as::<_, LibraryRow>(AssertSqlSafe(sql))
             .fetch_all(&self.pool)
             .await?)
+    }
+
+    /// What the CDN sends for each engine version in the library: the largest brotli form
+    /// (or size, where none is recorded) among its entries, by (engine, version).
+    pub async fn library_transfer_sizes(
+        &self,
+    ) -> Result<std::collections::HashMap<(String, String), i64>, DbError> {
+        let rows = sqlx::query(
+            "SELECT engine, version, CAST(MAX(COALESCE(br_size, size)) AS BIGINT) \
+             FROM library_entries GROUP BY engine, version",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ((r.get(0), r.get(1)), r.get::<i64, _>(2)))
+            .collect())
     }
 
     /// The entries a team's builds carry.

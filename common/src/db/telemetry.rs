@@ -20,6 +20,8 @@ pub struct TelemetryEvent {
     /// Pre-warm: ms until the engine was ready; decode: ms the decode took.
     pub ms: Option<f64>,
     pub prewarmed: Option<bool>,
+    /// Pre-warm hit: the engine was on the device, put there by a visit of another game.
+    pub shared: Option<bool>,
     /// Decode: the model's path in the build, its variant and the decoder used.
     pub asset: Option<String>,
     pub variant: Option<String>,
@@ -54,6 +56,8 @@ pub struct StoredEvent {
     pub decoder: Option<String>,
     pub device_class: Option<String>,
     pub device_model: Option<String>,
+    /// Pre-warm: 1 when the hit was shared (another game's visit brought the engine), 0 not.
+    pub shared: Option<i64>,
 }
 
 /// Pre-warm counts of one hour and key.
@@ -67,6 +71,8 @@ pub struct PreheatRollupRow {
     pub outcome: String,
     pub reason: String,
     pub count: i64,
+    /// Of `count`, the hits another game's visit brought (`shared`).
+    pub shared_hits: i64,
     pub bytes: i64,
     pub ms_sum: f64,
 }
@@ -142,6 +148,7 @@ const EVENTS: JsonTable = JsonTable {
         ("runtime", TEXT),
         ("device_model", TEXT),
         ("device", TEXT),
+        ("shared", BIGINT),
     ],
     on_conflict: "",
 };
@@ -159,9 +166,11 @@ const PREHEAT_HOURLY: JsonTable = JsonTable {
         ("count", BIGINT),
         ("bytes", BIGINT),
         ("ms_sum", DOUBLE),
+        ("shared_hits", BIGINT),
     ],
     on_conflict: "ON CONFLICT (hour, game, engine, version, device_class, outcome, reason) \
         DO UPDATE SET count = preheat_hourly.count + excluded.count, \
+        shared_hits = preheat_hourly.shared_hits + excluded.shared_hits, \
         bytes = preheat_hourly.bytes + excluded.bytes, \
         ms_sum = preheat_hourly.ms_sum + excluded.ms_sum",
 };
@@ -228,6 +237,7 @@ fn event_row(received_at: &str, e: &TelemetryEvent) -> Value {
         e.runtime,
         e.device_model,
         e.device,
+        e.shared.map(i64::from),
     ])
 }
 
@@ -317,7 +327,8 @@ impl Db {
                     k.reason,
                     s.count,
                     s.bytes,
-                    s.ms_sum
+                    s.ms_sum,
+                    s.shared_hits
                 ])
             })
             .collect();
@@ -407,7 +418,7 @@ impl Db {
     pub async fn telemetry_for_game(&self, game: &str) -> Result<Vec<StoredEvent>, DbError> {
         Ok(sqlx::query_as::<_, StoredEvent>(
             "SELECT id, received_at, kind, game, engine, version, outcome, reason, ms, asset, \
-             variant, decoder, device_class, device_model \
+             variant, decoder, device_class, device_model, shared \
              FROM telemetry_events WHERE game = $1 ORDER BY id",
         )
         .bind(game)
@@ -431,8 +442,8 @@ impl Db {
         filter: &RollupFilter,
     ) -> Result<Vec<PreheatRollupRow>, DbError> {
         let sql = format!(
-            "SELECT hour, game, engine, version, device_class, outcome, reason, count, bytes, \
-             ms_sum FROM preheat_hourly WHERE {ROLLUP_WHERE} ORDER BY hour"
+            "SELECT hour, game, engine, version, device_class, outcome, reason, count, \
+             shared_hits, bytes, ms_sum FROM preheat_hourly WHERE {ROLLUP_WHERE} ORDER BY hour"
         );
         Ok(bind_filter(
             sqlx::query_as::<_, PreheatRollupRow>(AssertSqlSafe(sql)),

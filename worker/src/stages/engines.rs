@@ -6,6 +6,7 @@
 //! stays in the build as the pages' last-resort fallback; only the pages change.
 
 pub mod html;
+pub mod modules;
 pub mod rules;
 
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use sha2::{Digest, Sha256};
 use super::FileTree;
 use super::inventory::{FileKind, Inventory};
 pub use html::BootLinks;
-use html::{BootEngine, PageRewrite, relative_to, rewrite_page};
+use html::{BootEngine, PageInputs, PageRewrite, relative_to, rewrite_page};
 pub use rules::{Detection, EngineRules};
 
 pub const NAME: &str = "engines";
@@ -160,6 +161,21 @@ fn split(
     if report.engines.is_empty() {
         return Ok(report);
     }
+    let models: Vec<String> = inventory
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, FileKind::Glb | FileKind::Gltf) && e.error.is_none())
+        .map(|e| e.path.clone())
+        .collect();
+    let root = tree.root.clone();
+    let paths: std::collections::BTreeSet<String> =
+        tree.files.iter().map(|f| f.path.clone()).collect();
+    let read = |p: &str| -> Option<String> {
+        if !paths.contains(p) {
+            return None;
+        }
+        std::fs::read_to_string(root.join(p)).ok()
+    };
 
     for entry in &inventory.entries {
         if entry.kind != FileKind::Html || entry.error.is_some() {
@@ -189,8 +205,14 @@ fn split(
                 build_path: e.path.clone(),
             })
             .collect();
+        let inputs = PageInputs {
+            engines: &boot,
+            links,
+            read: &read,
+            models: &models,
+        };
         let Some((rewritten, rewrite)) =
-            rewrite_page(&entry.path, &text, &boot, links).map_err(EnginesError::Page)?
+            rewrite_page(&entry.path, &text, &inputs).map_err(EnginesError::Page)?
         else {
             continue;
         };
@@ -210,7 +232,7 @@ fn split(
             .any(|p| p.rewrite.engines.contains(&engine.path));
         if !used {
             report.warnings.push(format!(
-                "{}: {} {} is in the library but no page loads it with a <script> the loader can replace; the game loads it the old way",
+                "{}: {} {} is in the library but no page loads it with a <script> or an import the rewrite can follow; the game loads it the old way",
                 engine.path, engine.name, engine.version
             ));
         }

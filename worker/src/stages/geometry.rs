@@ -2056,6 +2056,38 @@ fn json_component_size(json: &Value, view: usize) -> usize {
 }
 
 /// The variants written for one model of the build.
+/// `kiln.toml` `[models] serve = "quantized"`: the build opts into serving that variant at
+/// each `.glb` model's own path, so a game that loads its models itself gets it without a
+/// code change (`quantized` needs no decoder: KHR_mesh_quantization is read by three.js,
+/// Babylon.js, PlayCanvas, …). Default: the original file.
+pub fn served_variant(kiln_toml: Option<&str>) -> Result<Option<String>, String> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct BuildConfig {
+        models: Option<ModelsSettings>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default, deny_unknown_fields)]
+    struct ModelsSettings {
+        serve: Option<String>,
+    }
+    let Some(text) = kiln_toml else {
+        return Ok(None);
+    };
+    let config: BuildConfig =
+        toml::from_str(text).map_err(|e| format!("kiln.toml: {}", e.message()))?;
+    match config.models.and_then(|m| m.serve).as_deref() {
+        None | Some("original") => Ok(None),
+        Some("quantized") => Ok(Some("quantized".into())),
+        Some("meshopt") => Err(
+            "kiln.toml [models] serve = \"meshopt\": a meshopt model needs the game to set up a decoder; load it with kiln.model, or serve \"quantized\"".into(),
+        ),
+        Some(other) => Err(format!(
+            "kiln.toml [models] serve = {other:?}: use \"quantized\" or \"original\""
+        )),
+    }
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ModelVariants {
     /// The model's own path (the `original` variant).

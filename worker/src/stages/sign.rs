@@ -45,21 +45,50 @@ pub struct VatBaked {
     pub encoding: String,
 }
 
+/// What the build's pages load first, and what a model's own path serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Serving {
+    /// `kiln.toml` `[models] serve`: the variant every `.glb` model's own path serves (the
+    /// build opted in; `quantized` is read by every glTF loader without a decoder).
+    pub variant: Option<String>,
+    /// Absolute, immutable URLs the pages fetch first (manifest `warm`).
+    pub warm: Vec<String>,
+    /// Models the pages load through `kiln.model` (manifest `warm_models`).
+    pub warm_models: Vec<String>,
+}
+
 /// `cdn_base` is the URL prefix objects are served under, e.g. `https://kiln.example/cdn`.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     identity: &BuildIdentity,
     outputs: &[OutputFile],
     models: &[ModelVariants],
     vat: &[VatBaked],
     engines: &[EngineFile],
+    serving: &Serving,
     cdn_base: &str,
     signer: &ManifestSigner,
 ) -> (SignedManifest, SignReport) {
     let base = cdn_base.trim_end_matches('/');
+    // A model's own path serves the variant the build opted into, where there is one.
+    let served = |o: &OutputFile| -> Option<&OutputFile> {
+        let m = models.iter().find(|m| m.source == o.path)?;
+        let chosen = match serving.variant.as_deref()? {
+            "quantized" => &m.quantized,
+            "meshopt" => &m.meshopt,
+            _ => return None,
+        };
+        let glb = |p: &str| p.to_ascii_lowercase().ends_with(".glb");
+        if !glb(&o.path) || !glb(chosen) {
+            return None;
+        }
+        outputs.iter().find(|v| v.path == *chosen)
+    };
     let mut files: Vec<ManifestFile> = outputs
         .iter()
-        .map(|o| ManifestFile {
-            path: o.path.clone(),
+        .map(|o| (o.path.clone(), served(o).unwrap_or(o)))
+        .map(|(path, o)| ManifestFile {
+            path,
             sha256: o.sha256.clone(),
             size: o.size,
             content_type: o.content_type.clone(),
@@ -123,6 +152,8 @@ pub fn run(
                 })
             })
             .collect(),
+        warm: serving.warm.clone(),
+        warm_models: serving.warm_models.clone(),
     };
     let signed = sign_manifest(manifest, signer);
     let report = SignReport {
