@@ -107,6 +107,24 @@
       esc(sha) + '" data-kiln-own></scr' + 'ipt>');
   };
 
+  // A page that loads its models through kiln.model: the variant this device takes (the one
+  // Kiln chose for it last time, else meshopt where WebAssembly runs) is fetched from the start,
+  // beside the engine, not after the game's code and the manifest.
+  st.models = {};
+  if (c.kiln_model) {
+    for (var j = 0; j < (c.models || []).length; j++) {
+      var m = c.models[j], v = null;
+      try { v = G.localStorage.getItem('kiln:choice:' + c.game + ':' + m.path); } catch (x) { /* blocked */ }
+      if (!m.variants || !m.variants[v]) v = G.WebAssembly ? 'meshopt' : 'quantized';
+      var href = m.variants[v];
+      if (!href) continue;
+      var p = d.createElement('link');
+      p.rel = 'preload'; p.as = 'fetch'; p.crossOrigin = 'anonymous'; p.href = href;
+      (d.head || d.documentElement).appendChild(p);
+      st.models[m.path] = { variant: v, variants: m.variants };
+    }
+  }
+
   // Calls made before the loader arrives wait for it.
   if (!G.kiln) {
     var q = st.queue = [];

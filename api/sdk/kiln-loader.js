@@ -472,7 +472,10 @@
         if (d) { ds.push(d); known[d.name] = d; }
       });
       (m.models || []).forEach(function (x) {
-        if (x && typeof x.path === 'string' && Array.isArray(x.variants)) models[m.game + ' ' + mkey(x.path)] = models[' ' + mkey(x.path)] = { game: m.game, m: x };
+        if (!x || typeof x.path !== 'string' || !Array.isArray(x.variants)) return;
+        models[m.game + ' ' + mkey(x.path)] = models[' ' + mkey(x.path)] = { game: m.game, m: x };
+        // What a rewritten page of this game fetches first next time (kiln-boot.js).
+        if (m.device_class) item('kiln:choice:' + m.game + ':' + mkey(x.path), (x.choice && x.choice.variant) || x.preferred);
       });
       return { m: m, ds: ds };
   }
@@ -551,10 +554,22 @@
     picks[key] = { m: m, v: v };
     return v;
   }
+  // On a rewritten page, a model its code names is known from the page itself: the variant
+  // the boot script already fetches, and the others beside it (same build folder). No wait for
+  // the manifest, whose choice the boot script takes on the next visit.
+  function pageModel(k) {
+    var st = G.__kilnBoot, e = st && st.models && st.models[k];
+    if (!e || !doc) return null;
+    var vs = [];
+    ['meshopt', 'quantized', 'original'].forEach(function (n) {
+      if (e.variants[n]) vs.push({ variant: n, url: abs(e.variants[n]), needs_decoder: n === 'meshopt' });
+    });
+    return { game: st.cfg.game, m: { path: k, preferred: e.variant, fallback: 'quantized', variants: vs, choice: { variant: e.variant } } };
+  }
   function model(path, o) {
     o = o || {};
-    var k = mkey(path);
-    return settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); }).then(function (e) {
+    var k = mkey(path), pm = o.game ? null : pageModel(k);
+    return (pm ? Promise.resolve(pm) : settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); })).then(function (e) {
       if (!e) throw fail('error', 'unknown model ' + path);
       var m = e.m, first = pick(m, o, (e.game || '') + ' ' + k);
       if (!first) throw fail('error', 'no variant of ' + path);
@@ -621,7 +636,9 @@
   // while the engine and the game's modules still load; kiln.model takes the bytes from here.
   function prefetch(game, paths) {
     (paths || []).forEach(function (p) {
-      var k = mkey(p), e = models[game + ' ' + k];
+      var k = mkey(typeof p === 'string' ? p : p && p.path);
+      if (!k || pageModel(k)) return;
+      var e = models[game + ' ' + k];
       var v = e && pick(e.m, {}, game + ' ' + k);
       if (v && !prefetched[v.url]) prefetched[v.url] = fetchBytes(v.url).catch(function () { return null; });
     });

@@ -387,3 +387,108 @@ fn kiln_toml_selects_models_and_bad_settings_fail_the_build() {
     );
     assert!(!out.join("manifest.json").exists());
 }
+
+/// `kiln.toml` `[models] serve = "quantized"`: a game that loads its models itself gets the
+/// quantized variant at the model's own path (what `/play/` serves); the manifest's model
+/// list still names every variant. `serve = "meshopt"` needs a decoder the game did not set
+/// up: the build fails on `kiln.toml` with a reason, nothing is published.
+#[test]
+fn kiln_toml_serves_the_quantized_variant_at_the_models_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let process = |name: &str, toml: &[u8]| {
+        let package = dir.path().join(format!("{name}.zip"));
+        std::fs::write(
+            &package,
+            zip_with(&[("kiln.toml", toml), ("assets/Fox.glb", &fox())]),
+        )
+        .unwrap();
+        let out = dir.path().join(name);
+        let output = run(
+            &[
+                "process",
+                package.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        (output, out)
+    };
+    let (output, out) = process("opted-in", b"[models]\nserve = \"quantized\"\n");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (manifest, _) = manifest_and_report(&out);
+    let file = |path: &str| {
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap_or_else(|| panic!("{path} in {manifest}"))
+            .clone()
+    };
+    let served = file("assets/Fox.glb");
+    let quantized = file("assets/Fox.quantized.glb");
+    assert_eq!(served["sha256"], quantized["sha256"]);
+    assert_eq!(served["key"], quantized["key"]);
+    let model = &manifest["models"][0];
+    let original = model["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["variant"] == "original")
+        .unwrap();
+    assert_ne!(original["url"], served["url"], "the original stays listed");
+    let bytes = std::fs::read(out.join(served["key"].as_str().unwrap())).unwrap();
+    assert_eq!(&bytes[..4], b"glTF");
+    let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let json = String::from_utf8_lossy(&bytes[20..20 + json_len]);
+    assert!(json.contains("KHR_mesh_quantization"), "{json}");
+    assert!(!json.contains("meshopt_compression"), "no decoder needed");
+
+    let (default, out) = process("default", b"[vat]\nfiles = []\n");
+    assert!(default.status.success());
+    let (manifest, _) = manifest_and_report(&out);
+    let f = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "assets/Fox.glb")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        f["size"],
+        fox().len(),
+        "without the opt-in: the original file"
+    );
+
+    for (name, toml, says) in [
+        (
+            "meshopt",
+            &b"[models]\nserve = \"meshopt\"\n"[..],
+            "needs the game to set up a decoder",
+        ),
+        (
+            "typo",
+            &b"[models]\nserve = \"quantised\"\n"[..],
+            "serve = \"quantised\"",
+        ),
+        (
+            "unknown",
+            &b"[models]\nsrve = \"quantized\"\n"[..],
+            "unknown field",
+        ),
+    ] {
+        let (output, out) = process(name, toml);
+        assert_eq!(output.status.code(), Some(1), "{name}");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        assert_eq!(report["error"]["file"], "kiln.toml", "{name}: {report}");
+        let reason = report["error"]["reason"].as_str().unwrap();
+        assert!(reason.contains(says), "{name}: {reason}");
+        assert!(!out.join("manifest.json").exists(), "{name}");
+    }
+}

@@ -123,8 +123,13 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
         .text()
         .await
         .unwrap();
+    // The loader by its content-addressed (immutable) name, async.
     assert!(
-        page.contains(&format!("{}/sdk/kiln-loader.js", kiln.url)),
+        page.contains(&format!(
+            r#"<script async src="{}{}"></script>"#,
+            kiln.url,
+            kiln_common::loader::versioned_path()
+        )),
         "{page}"
     );
     assert!(page.contains("__kilnBoot"), "{page}");

@@ -1160,8 +1160,15 @@ pub async fn concurrent_uploads_are_bounded(deployment: Deployment) {
             )));
         tokio::spawn(request.send())
     };
-    // Wait until the slow upload holds its slot (it is past the format check).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Wait until the slow upload holds its slot (it is past the format check). Polled, not
+    // slept: on a busy machine a fixed wait let the second upload take the slot first, and the
+    // failed assertion then hung the test's runtime on the build it started.
+    let slots = kiln.running.as_ref().unwrap().state.upload_slots.clone();
+    eventually("the slow upload to hold the only slot", || {
+        let slots = slots.clone();
+        async move { (slots.available_permits() == 0).then_some(()) }
+    })
+    .await;
     let busy = kiln
         .http
         .post(format!("{}/v1/games/busy/builds?version=fast", kiln.url))

@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::modules;
+use crate::stages::geometry::variant_path;
 use crate::stages::inventory::resolve_uri;
 
 /// Where the loader and the game's live manifest are, and the keys manifests verify with.
@@ -392,7 +393,7 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
         },
     );
     for e in &module_engines {
-        let reached = graph.urls.contains(&e.url) || graph.files.iter().any(|f| *f == e.build_path);
+        let reached = graph.urls.contains(&e.url) || graph.files.contains(&e.build_path);
         if reached && !used_modules.iter().any(|u| u.sha256 == e.sha256) {
             used_modules.push(e);
         }
@@ -485,7 +486,17 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
         "keys": links.keys,
         "engines": boot_engines,
         "map": map,
-        "models": models.iter().map(|m| relative_to(page, m)).collect::<Vec<_>>(),
+        // Each model the code names, with its variants' paths (beside it, as the geometry stage
+        // names them): a `kiln.model` page fetches the device's variant from the first byte.
+        "models": models.iter().map(|m| serde_json::json!({
+            "path": relative_to(page, m),
+            "variants": {
+                "meshopt": relative_to(page, &variant_path(m, "meshopt")),
+                "quantized": relative_to(page, &variant_path(m, "quantized")),
+                "original": relative_to(page, m),
+            },
+        })).collect::<Vec<_>>(),
+        "kiln_model": kiln_model,
     });
     Ok(Some(Plan {
         report: PageRewrite {
@@ -754,7 +765,17 @@ mod tests {
         assert!(page.kiln_model);
         assert_eq!(page.models, ["assets/Fox.glb"]);
         assert!(!out.contains(r#"rel="preload""#), "{out}");
-        assert_eq!(boot_config(&out)["models"][0], "assets/Fox.glb");
+        let config = boot_config(&out);
+        assert_eq!(config["kiln_model"], true);
+        assert_eq!(config["models"][0]["path"], "assets/Fox.glb");
+        assert_eq!(
+            config["models"][0]["variants"]["meshopt"],
+            "assets/Fox.meshopt.glb"
+        );
+        assert_eq!(
+            config["models"][0]["variants"]["quantized"],
+            "assets/Fox.quantized.glb"
+        );
     }
 
     #[test]
