@@ -197,15 +197,7 @@ fn a_broken_model_fails_that_file_not_the_build() {
     );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    let file = |path: &str| {
-        report["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["path"] == path)
-            .unwrap_or_else(|| panic!("{path} in report"))
-            .clone()
-    };
+    let file = |path: &str| file_entry(&report, path);
     let broken = file("models/broken.glb");
     assert!(
         broken["error"].as_str().unwrap().contains("glTF"),
@@ -236,6 +228,17 @@ fn fox() -> Vec<u8> {
             .join("../examples/sample-game/assets/Fox.glb"),
     )
     .unwrap()
+}
+
+/// The `files` entry at `path` of a manifest or report.
+fn file_entry(doc: &serde_json::Value, path: &str) -> serde_json::Value {
+    doc["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("{path} in {doc}"))
+        .clone()
 }
 
 fn manifest_and_report(out: &std::path::Path) -> (serde_json::Value, serde_json::Value) {
@@ -421,15 +424,7 @@ fn kiln_toml_serves_the_quantized_variant_at_the_models_path() {
         String::from_utf8_lossy(&output.stderr)
     );
     let (manifest, _) = manifest_and_report(&out);
-    let file = |path: &str| {
-        manifest["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["path"] == path)
-            .unwrap_or_else(|| panic!("{path} in {manifest}"))
-            .clone()
-    };
+    let file = |path: &str| file_entry(&manifest, path);
     let served = file("assets/Fox.glb");
     let quantized = file("assets/Fox.quantized.glb");
     assert_eq!(served["sha256"], quantized["sha256"]);
@@ -452,13 +447,7 @@ fn kiln_toml_serves_the_quantized_variant_at_the_models_path() {
     let (default, out) = process("default", b"[vat]\nfiles = []\n");
     assert!(default.status.success());
     let (manifest, _) = manifest_and_report(&out);
-    let f = manifest["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["path"] == "assets/Fox.glb")
-        .unwrap()
-        .clone();
+    let f = file_entry(&manifest, "assets/Fox.glb");
     assert_eq!(
         f["size"],
         fox().len(),

@@ -29,9 +29,11 @@ pub async fn object(
     serve(&state, &key, None, &headers, keys::IMMUTABLE).await
 }
 
-/// Cache policy of a live-build HTML page: stored, but revalidated (strong ETag, so a `304`)
-/// on every visit, because the live build moves.
-pub const LIVE_PAGE: &str = "no-cache";
+/// Cache policy of a live-build HTML page: a minute, as long as the live manifest's, so a
+/// release or rollback reaches players within a minute, a repeat visit inside it needs no
+/// request at all, and after it the page is revalidated (strong ETag: a `304`). Everything the
+/// page loads comes from the build's immutable folder, so only the page is ever revalidated.
+pub const LIVE_PAGE: &str = "public, max-age=60";
 
 /// A request path inside a build: a directory means its `index.html`.
 fn file_path(path: &str) -> String {

@@ -177,7 +177,7 @@ fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
-/// `/play/{game}/…` serves the live build (HTML `no-cache`, the rest short-lived) from a
+/// `/play/{game}/…` serves the live build (HTML and the rest for a minute) from a
 /// manifest read once; `/play/{game}/@{build}/…` serves any published build of the game
 /// forever (`immutable`), with the CDN's ETags, 304s, ranges and encodings.
 pub async fn play_serves_live_and_build_scoped_files(deployment: Deployment) {
@@ -204,7 +204,10 @@ pub async fn play_serves_live_and_build_scoped_files(deployment: Deployment) {
     // The live build: pages revalidate every visit, other files keep a short max-age.
     let page = get("/play/play-game/".into(), &[]).await.unwrap();
     assert_eq!(page.status(), 200);
-    assert_eq!(header(&page, "cache-control"), "no-cache");
+    assert_eq!(
+        header(&page, "cache-control"),
+        kiln_api::routes::cdn::LIVE_PAGE
+    );
     assert_eq!(header(&page, "timing-allow-origin"), "*");
     assert!(header(&page, "content-type").starts_with("text/html"));
     let page_etag = header(&page, "etag").to_string();
@@ -216,7 +219,10 @@ pub async fn play_serves_live_and_build_scoped_files(deployment: Deployment) {
     .await
     .unwrap();
     assert_eq!(revalidated.status(), 304);
-    assert_eq!(header(&revalidated, "cache-control"), "no-cache");
+    assert_eq!(
+        header(&revalidated, "cache-control"),
+        kiln_api::routes::cdn::LIVE_PAGE
+    );
     let script = get("/play/play-game/main.js".into(), &[]).await.unwrap();
     assert_eq!(script.status(), 200);
     assert_eq!(header(&script, "cache-control"), "public, max-age=60");
