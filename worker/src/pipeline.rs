@@ -356,7 +356,13 @@ fn serving(report: &engines::EnginesReport, variant: Option<String>, base: &str)
         } else {
             &page.rewrite.models[..]
         };
-        for path in page.rewrite.preloaded.iter().chain(direct_models) {
+        for path in page
+            .rewrite
+            .preloaded
+            .iter()
+            .chain(direct_models)
+            .chain(&page.rewrite.assets)
+        {
             serving.warm.push(format!("{base}{path}"));
         }
     }

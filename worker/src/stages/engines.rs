@@ -167,6 +167,17 @@ fn split(
         .filter(|e| matches!(e.kind, FileKind::Glb | FileKind::Gltf) && e.error.is_none())
         .map(|e| e.path.clone())
         .collect();
+    let assets: Vec<String> = inventory
+        .entries
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e.kind,
+                FileKind::Html | FileKind::Js | FileKind::Glb | FileKind::Gltf
+            )
+        })
+        .map(|e| e.path.clone())
+        .collect();
     let root = tree.root.clone();
     let paths: std::collections::BTreeSet<String> =
         tree.files.iter().map(|f| f.path.clone()).collect();
@@ -210,6 +221,7 @@ fn split(
             links,
             read: &read,
             models: &models,
+            assets: &assets,
         };
         let Some((rewritten, rewrite)) =
             rewrite_page(&entry.path, &text, &inputs).map_err(EnginesError::Page)?

@@ -90,6 +90,9 @@ pub struct PageRewrite {
     pub models: Vec<String>,
     /// The page loads its models through `kiln.model`.
     pub kiln_model: bool,
+    /// Other files the page's code names by path (images, atlases, JSON): a host's
+    /// pre-warm fetches them too (the manifest's `warm`).
+    pub assets: Vec<String>,
     /// The immutable folder the page's `<base>` names, if it got one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
@@ -103,6 +106,8 @@ pub struct PageInputs<'a> {
     pub read: &'a dyn Fn(&str) -> Option<String>,
     /// Build paths of the build's glTF models.
     pub models: &'a [String],
+    /// Build paths of the build's other data files (images, JSON, audio, …).
+    pub assets: &'a [String],
 }
 
 /// The first pass: what the page holds.
@@ -311,6 +316,9 @@ pub fn rewrite_page(
     Ok(Some((output, plan.report)))
 }
 
+/// At most this many of the files a page's code names are preloaded.
+pub const MAX_ASSET_PRELOADS: usize = 16;
+
 /// What goes into one page.
 struct Plan {
     engines: Vec<BootEngine>,
@@ -438,25 +446,31 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
     let classic_sources: Vec<String> = survey.classic_srcs.iter().filter_map(|p| read(p)).collect();
     sources.extend(classic_sources.iter().map(String::as_str));
     let kiln_model = sources.iter().any(|s| s.contains("kiln.model("));
-    let models: Vec<String> = inputs
-        .models
-        .iter()
-        .filter(|m| {
-            let rel = relative_to(page, m);
-            let quoted = |q: char| {
-                [format!("{q}{rel}{q}"), format!("{q}./{rel}{q}")]
-                    .iter()
-                    .any(|needle| sources.iter().any(|s| s.contains(needle.as_str())))
-            };
-            quoted('\'') || quoted('"') || quoted('`')
-        })
-        .cloned()
-        .collect();
-    let model_preloads = if kiln_model {
+    let named = |path: &&String| {
+        let rel = relative_to(page, path);
+        let quoted = |q: char| {
+            [format!("{q}{rel}{q}"), format!("{q}./{rel}{q}")]
+                .iter()
+                .any(|needle| sources.iter().any(|s| s.contains(needle.as_str())))
+        };
+        quoted('\'') || quoted('"') || quoted('`')
+    };
+    let models: Vec<String> = inputs.models.iter().filter(named).cloned().collect();
+    let assets: Vec<String> = inputs.assets.iter().filter(named).cloned().collect();
+    // Fetched from the start, beside the engine, instead of once the engine has run and the
+    // game asks: the models the code loads itself, and the other files it names (atlases,
+    // images, JSON), at most MAX_ASSET_PRELOADS of them.
+    let mut model_preloads: Vec<String> = if kiln_model {
         Vec::new()
     } else {
         models.iter().map(|m| relative_to(page, m)).collect()
     };
+    model_preloads.extend(
+        assets
+            .iter()
+            .take(MAX_ASSET_PRELOADS)
+            .map(|a| relative_to(page, a)),
+    );
     let base = if survey.head && !survey.base {
         inputs.links.base.as_ref().map(|b| {
             let dir = page.rsplit_once('/').map_or("", |(d, _)| d);
@@ -504,6 +518,7 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
             preloaded: preload.clone(),
             models,
             kiln_model,
+            assets,
             base: base.clone(),
         },
         engines,
@@ -645,6 +660,7 @@ mod tests {
                 links: &links,
                 read: &|p| files.get(p).cloned(),
                 models: &models,
+                assets: &["assets/x.png".to_string()],
             },
         )
         .unwrap()
@@ -825,6 +841,13 @@ mod tests {
         .unwrap();
         assert_eq!(page.engines, ["libs/phaser.min.js"]);
         assert!(page.preloaded.is_empty());
+        assert_eq!(page.assets, ["assets/x.png"], "named by the game's code");
+        assert!(
+            out.contains(
+                r#"<link rel="preload" as="fetch" crossorigin="anonymous" href="assets/x.png">"#
+            ),
+            "{out}"
+        );
         assert!(out.contains(&format!(
             r#"<script src="https://kiln.test/cdn/library/ab/x.js" integrity="{}" crossorigin="anonymous" data-kiln-engine="{}"></script><script>__kilnBoot.classic("{}")</script>"#,
             e.integrity(), e.sha256, e.sha256
@@ -915,6 +938,7 @@ mod tests {
                 links: &l,
                 read: &|_| None,
                 models: &[],
+                assets: &[],
             },
         )
         .unwrap()
