@@ -316,9 +316,6 @@ pub fn rewrite_page(
     Ok(Some((output, plan.report)))
 }
 
-/// At most this many of the files a page's code names are preloaded.
-pub const MAX_ASSET_PRELOADS: usize = 16;
-
 /// What goes into one page.
 struct Plan {
     engines: Vec<BootEngine>,
@@ -458,19 +455,13 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
     let models: Vec<String> = inputs.models.iter().filter(named).cloned().collect();
     let assets: Vec<String> = inputs.assets.iter().filter(named).cloned().collect();
     // Fetched from the start, beside the engine, instead of once the engine has run and the
-    // game asks: the models the code loads itself, and the other files it names (atlases,
-    // images, JSON), at most MAX_ASSET_PRELOADS of them.
-    let mut model_preloads: Vec<String> = if kiln_model {
+    // game asks: the models the code loads itself. (The other files it names go to a host's
+    // pre-warm only: an engine's own image loader need not match a `preload`.)
+    let model_preloads: Vec<String> = if kiln_model {
         Vec::new()
     } else {
         models.iter().map(|m| relative_to(page, m)).collect()
     };
-    model_preloads.extend(
-        assets
-            .iter()
-            .take(MAX_ASSET_PRELOADS)
-            .map(|a| relative_to(page, a)),
-    );
     let base = if survey.head && !survey.base {
         inputs.links.base.as_ref().map(|b| {
             let dir = page.rsplit_once('/').map_or("", |(d, _)| d);
@@ -843,10 +834,8 @@ mod tests {
         assert!(page.preloaded.is_empty());
         assert_eq!(page.assets, ["assets/x.png"], "named by the game's code");
         assert!(
-            out.contains(
-                r#"<link rel="preload" as="fetch" crossorigin="anonymous" href="assets/x.png">"#
-            ),
-            "{out}"
+            !out.contains(r#"rel="preload""#),
+            "warmed by a host, not preloaded: {out}"
         );
         assert!(out.contains(&format!(
             r#"<script src="https://kiln.test/cdn/library/ab/x.js" integrity="{}" crossorigin="anonymous" data-kiln-engine="{}"></script><script>__kilnBoot.classic("{}")</script>"#,
