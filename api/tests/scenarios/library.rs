@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 /// The live manifest, checked against `/v1/keys`, parsed.
-async fn live_manifest(kiln: &Kiln, game: &str) -> Value {
+pub(crate) async fn live_manifest(kiln: &Kiln, game: &str) -> Value {
     let response = kiln
         .http
         .get(format!("{}/v1/games/{game}/manifest", kiln.url))

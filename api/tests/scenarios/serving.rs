@@ -128,15 +128,7 @@ pub async fn keep_alive_responses_do_not_wait_for_delayed_acks(deployment: Deplo
     let build = kiln
         .publish(&token, "nodelay-game", "1", small_game("a"))
         .await;
-    let manifest: Value = kiln
-        .http
-        .get(format!("{}/v1/games/nodelay-game/manifest", kiln.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let manifest = super::library::live_manifest(&kiln, "nodelay-game").await;
     let key = manifest["files"]
         .as_array()
         .unwrap()
