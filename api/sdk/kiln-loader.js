@@ -17,7 +17,7 @@
   }
   var events = [], queue = [], loads = {}, reported = {}, known = {}, bootDesc = {}, demands = {};
   var pending = [], blobs = {}, marks = {}, markId = 0, dev = null, srvClass = null, models = {}, simd, importFn, booted = false;
-  var held = {}, holding = false, dclSeen = false, domWaiters = [], warmed = {}, prefetched = {}, picks = {};
+  var held = {}, holding = false, dclSeen = false, domWaiters = [], warmed = {}, picks = {};
   var readyDone, readyFail;
   var ready = new Promise(function (y, n) { readyDone = y; readyFail = n; });
   ready.catch(noop);
@@ -544,7 +544,7 @@
   }
   // The variant this load takes: forced, else the class's choice (a few loads explore the
   // candidate the class has too few measurements of), else the preferred one. Decided once per
-  // model and page, so a prefetch and the load agree.
+  // model and page, so a host's warming and the load agree.
   function pick(m, o, key) {
     if (o.variant) return variant(m, o.variant) || variant(m, m.preferred);
     if (picks[key] && picks[key].m === m) return picks[key].v;
@@ -589,9 +589,7 @@
           : Promise.reject(fail('no_decoder', 'no decoder for ' + v.variant))
         ).then(function () {
           t0 = now();
-          var pre = prefetched[v.url];
-          delete prefetched[v.url];
-          return (pre || Promise.resolve(null)).then(function (f) { return f || fetchBytes(v.url); });
+          return fetchBytes(v.url);
         }).then(function (f) {
           r.fetch_ms = r1(now() - t0); r.bytes = f.bytes.byteLength; r.result = f.bytes.buffer;
           if (!o.parse) return r;
@@ -618,7 +616,7 @@
     });
   }
 
-  // ---- warming and prefetching ----
+  // ---- warming (a host's pre-warm) ----
   function warmUrl(url) {
     if (typeof G.fetch !== 'function' || warmed[url]) return warmed[url];
     return (warmed[url] = G.fetch(url, { credentials: 'same-origin', priority: 'low' }).then(function (r) { return r.arrayBuffer(); }).catch(noop));
@@ -631,17 +629,6 @@
       if (v) ps.push(warmUrl(v.url));
     });
     return Promise.all(ps).then(function () { return ps.length; });
-  }
-  // Models the page's code names: their chosen variant is fetched as soon as the manifest is in,
-  // while the engine and the game's modules still load; kiln.model takes the bytes from here.
-  function prefetch(game, paths) {
-    (paths || []).forEach(function (p) {
-      var k = mkey(typeof p === 'string' ? p : p && p.path);
-      if (!k || pageModel(k)) return;
-      var e = models[game + ' ' + k];
-      var v = e && pick(e.m, {}, game + ' ' + k);
-      if (v && !prefetched[v.url]) prefetched[v.url] = fetchBytes(v.url).catch(function () { return null; });
-    });
   }
 
   // ---- page mode: a page rewritten by Kiln (kiln-boot.js) lets the browser load its engines,
@@ -703,9 +690,9 @@
       var k = cfg.build ? kept(game, cfg.build, { game: game }) : null, quick = null;
       if (k) {
         pending.push(k);
-        quick = k.then(function (m) { prefetch(learnManifest(m).m.game, cfg.models); }, noop).then(function () { pending.splice(pending.indexOf(k), 1); });
+        quick = k.then(learnManifest, noop).then(function () { pending.splice(pending.indexOf(k), 1); });
       }
-      manifestOf(cfg.manifest, { game: game, keep: true }, quick).then(function (r) { prefetch(r.m.game, cfg.models); }, function (e) {
+      manifestOf(cfg.manifest, { game: game, keep: true }, quick).then(noop, function (e) {
         emit({ type: 'manifest', game: game, outcome: 'rejected', reason: why(e) });
       });
     }
