@@ -1,9 +1,17 @@
-//! API errors: a status, a stable machine-readable code and a message for people.
+//! API errors: a status, a stable machine-readable code and a message for people, always as
+//! `{"error": {"code", "message"}}`: the handlers' own errors, the extractors' rejections
+//! ([`ApiJson`], [`ApiQuery`], [`ApiPath`], [`ApiBytes`]) and the bodyless errors of the router
+//! itself ([`json_errors`]: no route, wrong method, timeout).
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -89,3 +97,130 @@ impl From<kiln_common::storage::StorageError> for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// axum's `Json` extractor, rejecting in the JSON error shape: `415` without an
+/// `application/json` Content-Type, `400` for a body that is not JSON or not the expected
+/// object (wrong types, missing fields), `413` over the body limit.
+pub struct ApiJson<T>(pub T);
+
+/// axum's `Query` extractor, rejecting with a JSON `400` (missing or mistyped fields).
+pub struct ApiQuery<T>(pub T);
+
+/// axum's `Path` extractor, rejecting with a JSON `400` (e.g. not UTF-8 once decoded).
+pub struct ApiPath<T>(pub T);
+
+/// axum's `Bytes` extractor, rejecting with a JSON `413` over the body limit (`400` otherwise).
+pub struct ApiBytes(pub bytes::Bytes);
+
+/// A rejection's status (`422`, axum's for a JSON body of the wrong shape, becomes `400`:
+/// every malformed request is a `400` here) and its text as the message.
+fn rejected(status: StatusCode, code: &'static str, text: String) -> ApiError {
+    match status {
+        StatusCode::UNPROCESSABLE_ENTITY => ApiError::new(StatusCode::BAD_REQUEST, code, text),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(status, "payload_too_large", text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(status, "unsupported_media_type", text),
+        s if s.is_client_error() => ApiError::new(s, code, text),
+        // A route whose handler asks for parameters it has not got: our bug, not the client's.
+        s => ApiError::new(s, "internal", text),
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        rejected(r.status(), "invalid_json", r.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        rejected(r.status(), "invalid_query", r.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        rejected(r.status(), "invalid_path", r.body_text())
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        rejected(r.status(), "bad_request", r.body_text())
+    }
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let Json(value) = Json::<T>::from_request(request, state).await?;
+        Ok(Self(value))
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        Ok(Self(bytes::Bytes::from_request(request, state).await?))
+    }
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let axum::extract::Path(value) =
+            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+/// Middleware: an error response without a body (the router's `404` for no route and `405`
+/// for a method the route does not take, a timeout's `408`, a `416`) gets the JSON error
+/// shape (and its Content-Type); its other headers (`Allow`, `Content-Range`) stay.
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    let status = response.status();
+    let bodyless = axum::body::HttpBody::size_hint(response.body()).exact() == Some(0);
+    if status.as_u16() < 400 || !bodyless {
+        return response;
+    }
+    let (code, message) = match status {
+        StatusCode::NOT_FOUND => ("not_found", format!("no route {method} {path}")),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            format!("{path} does not take {method}"),
+        ),
+        StatusCode::REQUEST_TIMEOUT => ("timeout", format!("{method} {path} took too long")),
+        StatusCode::RANGE_NOT_SATISFIABLE => (
+            "range_not_satisfiable",
+            "the range is outside the object".to_string(),
+        ),
+        other => (
+            "error",
+            other.canonical_reason().unwrap_or("error").to_string(),
+        ),
+    };
+    let (mut parts, _) = response.into_parts();
+    let (fresh, body) = ApiError::new(status, code, message)
+        .into_response()
+        .into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in &fresh.headers {
+        parts.headers.insert(name, value.clone());
+    }
+    Response::from_parts(parts, body)
+}

@@ -97,6 +97,8 @@ pub fn router(state: AppState) -> Router {
             request_timeout,
         ));
     long.merge(short)
+        // No route (404), a method the route does not take (405), a timeout (408): JSON too.
+        .layer(middleware::from_fn(error::json_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             record_request,

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::AppState;
 use crate::auth::Team;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiPath, ApiResult};
 
 #[derive(Serialize, PartialEq, Clone, utoipa::ToSchema)]
 pub struct BuildView {
@@ -97,12 +97,15 @@ async fn view(state: &AppState, build: BuildRow) -> ApiResult<BuildView> {
 }
 
 #[utoipa::path(get, path = "/v1/builds/{id}",
-    responses((status = 200, body = BuildView), (status = 404, body = crate::error::ErrorBody)),
+    params(("id" = String, Path, description = "The build id")),
+    responses((status = 200, body = BuildView), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
     security(("team_token" = [])))]
 pub async fn status(
     State(state): State<AppState>,
     Team(team): Team,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<BuildView>> {
     let build = owned_build(&state, &team, &id).await?;
     Ok(Json(view(&state, build).await?))
@@ -110,12 +113,15 @@ pub async fn status(
 
 #[utoipa::path(get, path = "/v1/builds/{id}/events",
     description = "Server-Sent Events: a `status` event (the build view) whenever it changes, ending with `done`.",
-    responses((status = 200, content_type = "text/event-stream"), (status = 404, body = crate::error::ErrorBody)),
+    params(("id" = String, Path, description = "The build id")),
+    responses((status = 200, content_type = "text/event-stream"), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
     security(("team_token" = [])))]
 pub async fn events(
     State(state): State<AppState>,
     Team(team): Team,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let build = owned_build(&state, &team, &id).await?;
     // Polls the database: workers may be other processes, and the row is the truth.
@@ -169,12 +175,15 @@ pub async fn events(
 
 #[utoipa::path(get, path = "/v1/builds/{id}/report",
     description = "Per file: kind, bytes before and after, compressed sizes, errors and warnings; plus each stage's report and, for a failed build, the stage, file and reason.",
-    responses((status = 200, content_type = "application/json"), (status = 404, body = crate::error::ErrorBody)),
+    params(("id" = String, Path, description = "The build id")),
+    responses((status = 200, content_type = "application/json"), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody, description = "no such build, or no report yet"),
+        (status = 503, body = crate::error::ErrorBody)),
     security(("team_token" = [])))]
 pub async fn report(
     State(state): State<AppState>,
     Team(team): Team,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Response> {
     let build = owned_build(&state, &team, &id).await?;
     match state.db.report(&build.id).await? {

@@ -6,21 +6,21 @@
 //! `/play/{game}/@{build_id}/…` serves one build's files, cached forever.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kiln_common::keys::{self, Encoding};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiPath, ApiResult};
 use crate::play_index::PlayFile;
 
 #[utoipa::path(get, path = "/cdn/{key}",
     params(("key" = String, Path, description = "Object key from the manifest, e.g. files/ab/ab….js")),
-    responses((status = 200), (status = 206), (status = 304), (status = 404), (status = 416)))]
+    responses((status = 200, content_type = "*/*"), (status = 206, content_type = "*/*"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 416, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)))]
 pub async fn object(
     State(state): State<AppState>,
-    Path(key): Path<String>,
+    ApiPath(key): ApiPath<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     if !keys::is_public_key(&key) {
@@ -47,13 +47,13 @@ fn file_path(path: &str) -> String {
 #[utoipa::path(get, path = "/play/{game}/{path}",
     description = "The game's live build by its own paths (`/play/{game}/` is its `index.html`), so relative URLs inside the game keep working. HTML pages `Cache-Control: no-cache` (revalidated every visit), other files `max-age=60`; ETag/304, ranges and br/gzip as on /cdn.",
     params(("game" = String, Path), ("path" = String, Path, description = "a file's path in the build")),
-    responses((status = 200), (status = 206), (status = 304), (status = 404), (status = 416)))]
+    responses((status = 200, content_type = "*/*"), (status = 206, content_type = "*/*"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 416, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)))]
 /// `GET /play/{game}/{path}`: the live build's file at `path`. Pages are revalidated on
 /// every visit and other files are short-lived, because the live build moves; the
 /// build-scoped route ([`play_build`]) is the one to cache forever.
 pub async fn play(
     State(state): State<AppState>,
-    Path((game, path)): Path<(String, String)>,
+    ApiPath((game, path)): ApiPath<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let path = file_path(&path);
@@ -79,22 +79,26 @@ pub async fn play(
     serve(&state, &file.key, Some(file), &headers, cache_control).await
 }
 
+#[utoipa::path(get, path = "/play/{game}/",
+    description = "The live build's `index.html` (as `/play/{game}/index.html`).",
+    params(("game" = String, Path)),
+    responses((status = 200, content_type = "*/*"), (status = 206, content_type = "*/*"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 416, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)))]
 pub async fn play_root(
     state: State<AppState>,
-    Path(game): Path<String>,
+    ApiPath(game): ApiPath<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    play(state, Path((game, String::new())), headers).await
+    play(state, ApiPath((game, String::new())), headers).await
 }
 
 #[utoipa::path(get, path = "/play/{game}/@{build_id}/{path}",
     description = "File `path` of one published build of the game (`/play/{game}/@{build_id}/` is its `index.html`), any build with a manifest, live or not: `Cache-Control: public, max-age=31536000, immutable`, ETag/304, ranges and br/gzip as on /cdn. Rewritten pages set `<base href=\"/play/{game}/@{build_id}/\">`, so everything they load comes from here.",
     params(("game" = String, Path), ("build_id" = String, Path), ("path" = String, Path, description = "a file's path in the build")),
-    responses((status = 200), (status = 206), (status = 304), (status = 404), (status = 416)))]
+    responses((status = 200, content_type = "*/*"), (status = 206, content_type = "*/*"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 416, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)))]
 /// `GET /play/{game}/@{build_id}/{path}`: a file of that exact build, cached forever.
 pub async fn play_build(
     State(state): State<AppState>,
-    Path((game, build_id, path)): Path<(String, String, String)>,
+    ApiPath((game, build_id, path)): ApiPath<(String, String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let path = file_path(&path);
@@ -124,12 +128,16 @@ pub async fn play_build(
     serve(&state, &file.key, Some(file), &headers, keys::IMMUTABLE).await
 }
 
+#[utoipa::path(get, path = "/play/{game}/@{build_id}/",
+    description = "One build's `index.html` (as `/play/{game}/@{build_id}/index.html`).",
+    params(("game" = String, Path), ("build_id" = String, Path)),
+    responses((status = 200, content_type = "*/*"), (status = 206, content_type = "*/*"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 416, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)))]
 pub async fn play_build_root(
     state: State<AppState>,
-    Path((game, build_id)): Path<(String, String)>,
+    ApiPath((game, build_id)): ApiPath<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    play_build(state, Path((game, build_id, String::new())), headers).await
+    play_build(state, ApiPath((game, build_id, String::new())), headers).await
 }
 
 /// True when `If-None-Match` names `etag` (or is `*`).

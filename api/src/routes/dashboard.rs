@@ -2,7 +2,7 @@
 //! requests) and its data, read from the rollups and records (`kiln_common::dashboard`).
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kiln_common::dashboard::{self, Dashboard};
@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::AppState;
 use crate::auth::{Admin, Team};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiQuery, ApiResult};
 
 const PAGE: &str = include_str!("../../dashboard/index.html");
 const CSS: &str = include_str!("../../dashboard/dashboard.css");
@@ -50,14 +50,17 @@ pub async fn page() -> Response {
     asset("text/html; charset=utf-8", PAGE)
 }
 
+#[utoipa::path(get, path = "/dashboard/dashboard.css", responses((status = 200, content_type = "text/css")))]
 pub async fn css() -> Response {
     asset("text/css; charset=utf-8", CSS)
 }
 
+#[utoipa::path(get, path = "/dashboard/charts.js", responses((status = 200, content_type = "text/javascript")))]
 pub async fn charts() -> Response {
     asset("text/javascript; charset=utf-8", CHARTS)
 }
 
+#[utoipa::path(get, path = "/dashboard/dashboard.js", responses((status = 200, content_type = "text/javascript")))]
 pub async fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
@@ -68,8 +71,10 @@ pub struct DataQuery {
     /// One game; empty or absent: every game the token may see.
     pub game: Option<String>,
     /// RFC 3339; default 24 hours before `to`.
+    #[param(format = DateTime)]
     pub from: Option<String>,
     /// RFC 3339; default now.
+    #[param(format = DateTime)]
     pub to: Option<String>,
 }
 
@@ -92,12 +97,14 @@ fn instant(
 #[utoipa::path(get, path = "/v1/dashboard/data", params(DataQuery),
     description = "The dashboard's four views over a time range, from the hourly rollups: pre-warm hit rate (overall, per hour and device class, misses by reason, per game × engine × class with time-to-ready p50/p90), decode (per class × variant count, p50/p90/p99, fallback rate; hourly p90; the live per-class variant choices), library (entries, bytes stored and saved, ROI), pipeline (queue, builds by status, hourly outcomes, stage times, recent failures). A team token sees its own games; the admin token all.",
     responses((status = 200, content_type = "application/json"), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    security(("team_token" = []), ("admin_token" = [])))]
 pub async fn data(
     State(state): State<AppState>,
     team: Result<Team, ApiError>,
     admin: Result<Admin, ApiError>,
-    Query(query): Query<DataQuery>,
+    ApiQuery(query): ApiQuery<DataQuery>,
 ) -> ApiResult<Json<Dashboard>> {
     let team_id = match (team, admin) {
         (Ok(Team(id)), _) => Some(id),

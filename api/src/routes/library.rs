@@ -2,14 +2,14 @@
 //! removing an entry no live game needs.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::AppState;
 use crate::auth::{Admin, Team};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiPath, ApiResult};
 
 /// The loader, served as written (`api/sdk/kiln-loader.js`, through `kiln_common::loader`).
 pub use kiln_common::loader::LOADER;
@@ -57,8 +57,12 @@ pub async fn loader(headers: HeaderMap) -> Response {
 #[utoipa::path(get, path = "/sdk/{file}",
     description = "The loader under its content-addressed name `kiln-loader.{hash}.js` (`hash`: the first 16 hex characters of its SHA-256; `kiln_common::loader::versioned_path()`), `Cache-Control: public, max-age=31536000, immutable`; any other name is 404.",
     params(("file" = String, Path, description = "kiln-loader.{hash}.js")),
-    responses((status = 200, content_type = "text/javascript"), (status = 304), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn loader_file(Path(file): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
+    responses((status = 200, content_type = "text/javascript"), (status = 304),
+        (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn loader_file(
+    ApiPath(file): ApiPath<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
     if file != kiln_common::loader::versioned_file_name() {
         return Err(ApiError::not_found(format!("/sdk/{file} not found")));
     }
@@ -159,7 +163,9 @@ pub struct LibraryEntryView {
 
 #[utoipa::path(get, path = "/v1/library",
     description = "Every engine build in the shared library, with its reuse, loader outcomes and ROI (bytes saved against bytes stored). Any team token or the admin token.",
-    responses((status = 200, body = LibraryView), (status = 401, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = LibraryView), (status = 401, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    security(("team_token" = []), ("admin_token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     auth: Result<Team, ApiError>,
@@ -211,11 +217,15 @@ pub async fn list(
 
 #[utoipa::path(delete, path = "/v1/library/{id}",
     description = "Removes an entry and its objects (admin). Refused with 409 while a game's live release carries it.",
-    responses((status = 204), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    params(("id" = String, Path, description = "The entry's SHA-256")),
+    responses((status = 204), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
+    security(("admin_token" = [])))]
 pub async fn delete(
     State(state): State<AppState>,
     _: Admin,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Response> {
     let Some(key) = state.db.library_object(&id).await? else {
         return Err(ApiError::not_found(format!("library entry {id} not found")));

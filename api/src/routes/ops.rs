@@ -10,14 +10,14 @@ use serde_json::json;
 
 use crate::AppState;
 
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "The process is up")))]
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "The process is up", content_type = "text/plain")))]
 pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
 #[utoipa::path(get, path = "/readyz",
-    responses((status = 200, description = "Database and object store reachable"),
-              (status = 503, description = "One of them is not")))]
+    responses((status = 200, description = "Database and object store reachable", content_type = "application/json"),
+              (status = 503, description = "One of them is not: `{\"database\", \"storage\"}`, each `ok` or why not", content_type = "application/json")))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let db = state.db.ping().await;
     let storage = state.storage.check().await;
@@ -72,6 +72,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+#[utoipa::path(get, path = "/v1/openapi.json", description = "This document.",
+    responses((status = 200, content_type = "application/json")))]
 pub async fn openapi() -> Response {
     use utoipa::OpenApi;
     Json(crate::openapi::ApiDoc::openapi()).into_response()

@@ -1,7 +1,7 @@
 //! The signed per-game manifest (also per device class) and the public keys that verify it.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -11,7 +11,7 @@ use kiln_common::signing::{Jwk, ManifestSignature};
 use serde::Serialize;
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Jwks {
@@ -61,13 +61,17 @@ impl DeviceQuery {
     }
 }
 
-#[utoipa::path(get, path = "/v1/games/{game}/manifest", params(DeviceQuery),
+#[utoipa::path(get, path = "/v1/games/{game}/manifest",
+    params(("game" = String, Path, description = "The game"), DeviceQuery),
     description = "The live manifest's exact bytes. `Kiln-Signature: keyid=<kid>, sig=<base64 Ed25519 signature over the body>`; verify with `/v1/keys`. With `device=<class>` (or a device descriptor): the same release signed for that class, each model's `choice` (variant, reason, estimates) made from measured decode times; `Kiln-Device-Class` names the class. While a new release's class manifests are being signed, the base manifest is served with `Kiln-Variant-Choice: pending`.",
-    responses((status = 200, content_type = "application/json"), (status = 304), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, content_type = "application/json"), (status = 304),
+        (status = 400, body = crate::error::ErrorBody, description = "an unknown device class, or a malformed query string"),
+        (status = 404, body = crate::error::ErrorBody, description = "the game has no live release"),
+        (status = 503, body = crate::error::ErrorBody)))]
 pub async fn manifest(
     State(state): State<AppState>,
-    Path(game): Path<String>,
-    Query(device): Query<DeviceQuery>,
+    ApiPath(game): ApiPath<String>,
+    ApiQuery(device): ApiQuery<DeviceQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let class = device.class()?;
@@ -160,7 +164,7 @@ pub async fn manifest(
 
 #[utoipa::path(get, path = "/v1/keys",
     description = "Every manifest signing key as a JWKS (RFC 8037 OKP/Ed25519). Old keys stay listed so old manifests still verify after rotation.",
-    responses((status = 200, body = Jwks)))]
+    responses((status = 200, body = Jwks), (status = 503, body = crate::error::ErrorBody)))]
 pub async fn keys(State(state): State<AppState>) -> ApiResult<Response> {
     let keys = state.db.keys().await?;
     Ok((

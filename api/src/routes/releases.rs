@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kiln_common::db::ReleaseRow;
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::AppState;
 use crate::auth::Team;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiResult};
 
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct ReleaseRequest {
@@ -57,14 +57,21 @@ const WAIT: Duration = Duration::from_secs(20);
 
 #[utoipa::path(post, path = "/v1/games/{game}/releases",
     description = "Makes a published build of the game live: a worker signs its manifest with the game's next sequence. 201 with the release once signed; 202 if no worker signed it within 20 s (it still will).",
+    params(("game" = String, Path, description = "The game")),
     request_body = ReleaseRequest,
     responses((status = 201, body = ReleaseView), (status = 202, body = PendingRelease),
-        (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+        (status = 400, body = crate::error::ErrorBody, description = "not a release request"),
+        (status = 401, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody, description = "no such build of this team's game"),
+        (status = 409, body = crate::error::ErrorBody, description = "the build is not published, or releasing it failed"),
+        (status = 415, body = crate::error::ErrorBody, description = "not application/json"),
+        (status = 503, body = crate::error::ErrorBody)),
+    security(("team_token" = [])))]
 pub async fn create(
     State(state): State<AppState>,
     Team(team): Team,
-    Path(game): Path<String>,
-    Json(request): Json<ReleaseRequest>,
+    ApiPath(game): ApiPath<String>,
+    ApiJson(request): ApiJson<ReleaseRequest>,
 ) -> ApiResult<Response> {
     let build = match state.db.build(&request.build_id).await? {
         Some(b) if b.team_id == team && b.game == game => b,
@@ -127,11 +134,16 @@ pub async fn create(
 
 #[utoipa::path(get, path = "/v1/games/{game}/releases",
     description = "The game's releases, newest (live) first.",
-    responses((status = 200, body = Vec<ReleaseView>), (status = 404, body = crate::error::ErrorBody)))]
+    params(("game" = String, Path, description = "The game")),
+    responses((status = 200, body = Vec<ReleaseView>), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody, description = "not one of this team's games"),
+        (status = 503, body = crate::error::ErrorBody)),
+    security(("team_token" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Team(team): Team,
-    Path(game): Path<String>,
+    ApiPath(game): ApiPath<String>,
 ) -> ApiResult<Json<Vec<ReleaseView>>> {
     if state.db.game_team(&game).await?.as_deref() != Some(team.as_str()) {
         return Err(ApiError::not_found(format!("game {game} not found")));

@@ -1,16 +1,18 @@
 //! Teams and their tokens, created with the admin token.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use crate::AppState;
 use crate::auth::{Admin, new_token, token_hash};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiResult};
 
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct NewTeam {
+    /// 1-128 bytes of UTF-8 once trimmed.
+    #[schema(min_length = 1, max_length = 128)]
     pub name: String,
 }
 
@@ -28,13 +30,17 @@ pub struct TokenView {
 }
 
 #[utoipa::path(post, path = "/v1/teams", request_body = NewTeam,
-    responses((status = 201, body = TeamView), (status = 401, body = crate::error::ErrorBody),
-              (status = 409, body = crate::error::ErrorBody)),
+    responses((status = 201, body = TeamView),
+              (status = 400, body = crate::error::ErrorBody, description = "not a team object, or a blank or too long name"),
+              (status = 401, body = crate::error::ErrorBody),
+              (status = 409, body = crate::error::ErrorBody, description = "a team of that name exists"),
+              (status = 415, body = crate::error::ErrorBody, description = "not application/json"),
+              (status = 503, body = crate::error::ErrorBody)),
     security(("admin_token" = [])))]
 pub async fn create_team(
     State(state): State<AppState>,
     _: Admin,
-    Json(new): Json<NewTeam>,
+    ApiJson(new): ApiJson<NewTeam>,
 ) -> ApiResult<(StatusCode, Json<TeamView>)> {
     let name = new.name.trim();
     if name.is_empty() || name.len() > 128 {
@@ -52,13 +58,15 @@ pub async fn create_team(
 }
 
 #[utoipa::path(post, path = "/v1/teams/{id}/tokens",
-    responses((status = 201, body = TokenView), (status = 401, body = crate::error::ErrorBody),
-              (status = 404, body = crate::error::ErrorBody)),
+    params(("id" = String, Path, description = "The team id")),
+    responses((status = 201, body = TokenView), (status = 400, body = crate::error::ErrorBody),
+              (status = 401, body = crate::error::ErrorBody),
+              (status = 404, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
     security(("admin_token" = [])))]
 pub async fn create_token(
     State(state): State<AppState>,
     _: Admin,
-    Path(team_id): Path<String>,
+    ApiPath(team_id): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<TokenView>)> {
     if !state.db.team_exists(&team_id).await? {
         return Err(ApiError::not_found(format!("team {team_id} not found")));

@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +15,7 @@ use kiln_common::telemetry;
 use serde::Serialize;
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiBytes, ApiError, ApiResult};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct TelemetryAccepted {
@@ -67,6 +66,9 @@ fn cors(headers: &mut HeaderMap) {
 }
 
 /// CORS preflight for `application/json` posts (`text/plain` beacons need none).
+#[utoipa::path(options, path = "/v1/telemetry",
+    description = "CORS preflight for `application/json` beacons (`text/plain` ones need none).",
+    responses((status = 204)))]
 pub async fn preflight() -> Response {
     let mut headers = HeaderMap::new();
     cors(&mut headers);
@@ -77,13 +79,14 @@ pub async fn preflight() -> Response {
     description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. 413 over the body limit, 429 over the per-client rate, 503 while the ingest backlog is full. Accepted events are written in batches within `KILN_TELEMETRY_FLUSH_MS`.",
     request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array of `preheat` and `decode` events (docs/telemetry.md)"),
     responses((status = 202, body = TelemetryAccepted), (status = 400, body = crate::error::ErrorBody),
-        (status = 413, body = crate::error::ErrorBody), (status = 429, body = crate::error::ErrorBody),
+        (status = 413, body = crate::error::ErrorBody), (status = 415, body = crate::error::ErrorBody),
+        (status = 429, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody, description = "the ingest backlog is full; nothing of the batch was kept")))]
 pub async fn ingest(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBytes(body): ApiBytes,
 ) -> ApiResult<Response> {
     let limits = &state.config.telemetry;
     let with_cors = |mut response: Response| {

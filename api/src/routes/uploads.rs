@@ -6,7 +6,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -21,11 +21,12 @@ use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::auth::Team;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult};
 
 #[derive(Deserialize, utoipa::IntoParams)]
 pub struct UploadQuery {
-    /// The game's version this package is (free text: `1.4.2`, a commit, a CI run id).
+    /// The game's version this package is (`1.4.2`, a commit, a CI run id).
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._+-]+$")]
     pub version: String,
 }
 
@@ -104,25 +105,26 @@ impl std::error::Error for BodyStop {}
     post,
     path = "/v1/games/{game}/builds",
     params(("game" = String, Path, description = "Game name: a-z, 0-9, - and _"), UploadQuery,
-           ("Idempotency-Key" = Option<String>, Header, description = "Same key, same build")),
+           ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Same key, same build")),
     request_body(content = Vec<u8>, content_type = "application/zip", description = "The package (zip or tar.gz)"),
     responses(
         (status = 202, description = "Stored and queued", body = UploadResponse),
         (status = 200, description = "These bytes were uploaded before: the existing build", body = UploadResponse),
-        (status = 400, description = "Body is not the declared format, or was cut short", body = crate::error::ErrorBody),
+        (status = 400, description = "Bad game name, version, Idempotency-Key or query string; body is not the declared format, or was cut short", body = crate::error::ErrorBody),
         (status = 401, description = "No or unknown token", body = crate::error::ErrorBody),
         (status = 403, description = "The game belongs to another team", body = crate::error::ErrorBody),
         (status = 413, description = "Package over the size limit", body = crate::error::ErrorBody),
         (status = 415, description = "Content-Type is not a package", body = crate::error::ErrorBody),
-        (status = 503, description = "Too many uploads at once, or storage down", body = crate::error::ErrorBody),
+        (status = 408, description = "The upload took longer than `KILN_UPLOAD_TIMEOUT_SECS`", body = crate::error::ErrorBody),
+        (status = 503, description = "Too many uploads at once, or the database or storage down", body = crate::error::ErrorBody),
     ),
     security(("team_token" = []))
 )]
 pub async fn upload(
     State(state): State<AppState>,
     Team(team): Team,
-    Path(game): Path<String>,
-    Query(query): Query<UploadQuery>,
+    ApiPath(game): ApiPath<String>,
+    ApiQuery(query): ApiQuery<UploadQuery>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
