@@ -58,7 +58,7 @@ KILN_ADMIN_TOKEN="$admin" KILN_TEAM_TOKEN="$team_token" \
   --url "$url" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
   --max-examples "${KILN_SCHEMATHESIS_EXAMPLES:-30}" --seed "${KILN_SCHEMATHESIS_SEED:-1}" \
-  --workers 2 --output-truncate false 2>&1 | tee "$work/out.txt"
+  --workers 1 --output-truncate false 2>&1 | tee "$work/out.txt"
 status=${PIPESTATUS[0]}
 set -e
 operations=$(sed -n 's/^ *Tested: *\([0-9]*\).*/\1/p' "$work/out.txt" | head -1)
