@@ -45,6 +45,9 @@ impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
+    pub fn bad_request_code(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
     }
@@ -100,13 +103,13 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 /// axum's `Json` extractor, rejecting in the JSON error shape: `415` without an
 /// `application/json` Content-Type, `400` for a body that is not JSON or not the expected
-/// object (wrong types, missing fields), `413` over the body limit.
+/// object (wrong types, missing fields) or holds a NUL, `413` over the body limit.
 pub struct ApiJson<T>(pub T);
 
-/// axum's `Query` extractor, rejecting with a JSON `400` (missing or mistyped fields).
+/// axum's `Query` extractor, rejecting with a JSON `400` (missing or mistyped fields, NUL).
 pub struct ApiQuery<T>(pub T);
 
-/// axum's `Path` extractor, rejecting with a JSON `400` (e.g. not UTF-8 once decoded).
+/// axum's `Path` extractor, rejecting with a JSON `400` (not UTF-8 once decoded, NUL).
 pub struct ApiPath<T>(pub T);
 
 /// axum's `Bytes` extractor, rejecting with a JSON `413` over the body limit (`400` otherwise).
@@ -149,12 +152,40 @@ impl From<BytesRejection> for ApiError {
     }
 }
 
+/// NUL is in no name, id or version, and PostgreSQL's text cannot hold it (it answered a
+/// database error, a `503`): the extractors refuse it in paths, query strings and JSON strings.
+fn nul(code: &'static str, where_: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        code,
+        format!("{where_} must not contain NUL (U+0000)"),
+    )
+}
+
+fn has_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let Json(value) = Json::<T>::from_request(request, state).await?;
-        Ok(Self(value))
+        let Json(value) = Json::<serde_json::Value>::from_request(request, state).await?;
+        if has_nul(&value) {
+            return Err(nul("invalid_json", "the JSON body"));
+        }
+        T::deserialize(value).map(Self).map_err(|e| {
+            ApiError::bad_request_code(
+                "invalid_json",
+                format!("Failed to deserialize the JSON body into the target type: {e}"),
+            )
+        })
     }
 }
 
@@ -170,6 +201,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if parts.uri.query().is_some_and(|q| q.contains("%00")) {
+            return Err(nul("invalid_query", "the query string"));
+        }
         let axum::extract::Query(value) =
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(Self(value))
@@ -180,6 +214,9 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if parts.uri.path().contains("%00") {
+            return Err(nul("invalid_path", "the path"));
+        }
         let axum::extract::Path(value) =
             axum::extract::Path::<T>::from_request_parts(parts, state).await?;
         Ok(Self(value))

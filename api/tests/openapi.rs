@@ -368,7 +368,35 @@ fn with_body(mut b: Bad, content_type: Option<&'static str>, body: &[u8]) -> Bad
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_a_documented_json_error() {
-    let kiln = Kiln::start(Embedded).await;
+    malformed_requests(Kiln::start(Embedded).await).await;
+}
+
+/// The same on PostgreSQL, whose text refuses NUL (local object store: no S3 needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL (KILN_TEST_PG_URL); .ci/run runs it"]
+async fn malformed_requests_get_a_documented_json_error_on_postgresql() {
+    let admin_url = std::env::var("KILN_TEST_PG_URL").expect("KILN_TEST_PG_URL");
+    let name = format!("kiln_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&admin_url)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let url = format!("{}/{name}", admin_url.rsplit_once('/').unwrap().0);
+    malformed_requests(Kiln::start_with(Embedded, |c| c.database_url = url).await).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+}
+
+async fn malformed_requests(kiln: Kiln) {
     let (_, team) = kiln.team("malformed").await;
     let doc = document(&kiln).await;
     let t = Some(team.as_str());
@@ -499,6 +527,47 @@ async fn malformed_requests_get_a_documented_json_error() {
             "/play/{game}/@{build_id}/{path}",
             None,
             400,
+        ),
+        // NUL, which no name or id holds (and PostgreSQL's text refuses: that was a 503).
+        bad("GET", "/v1/builds/a%00b", "/v1/builds/{id}", t, 400),
+        bad(
+            "GET",
+            "/v1/games/a%00/manifest",
+            "/v1/games/{game}/manifest",
+            None,
+            400,
+        ),
+        bad(
+            "GET",
+            "/v1/games/g/manifest?model=a%00",
+            "/v1/games/{game}/manifest",
+            None,
+            400,
+        ),
+        bad("DELETE", "/v1/library/a%00", "/v1/library/{id}", a, 400),
+        bad(
+            "POST",
+            "/v1/teams/a%00/tokens",
+            "/v1/teams/{id}/tokens",
+            a,
+            400,
+        ),
+        bad("GET", "/play/a%00/", "/play/{game}/", None, 400),
+        with_body(
+            bad("POST", "/v1/teams", "/v1/teams", a, 400),
+            json,
+            br#"{"name":"a\u0000b"}"#,
+        ),
+        with_body(
+            bad(
+                "POST",
+                "/v1/games/g/releases",
+                "/v1/games/{game}/releases",
+                t,
+                400,
+            ),
+            json,
+            br#"{"build_id":"a\u0000"}"#,
         ),
         // JSON bodies: wrong types, missing fields, not JSON, wrong or no content type.
         with_body(
