@@ -4,11 +4,12 @@
 //! server enforces from the code's own constants (game names, device classes, build statuses,
 //! release reasons), so the document cannot drift from them.
 
-use utoipa::openapi::RefOr;
 use utoipa::openapi::content::Content;
 use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, Schema, SchemaFormat, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{Ref, RefOr};
 use utoipa::{Modify, OpenApi};
 
 use crate::routes::{
@@ -96,8 +97,22 @@ impl Modify for Constraints {
                 .collect();
         }
         let classes = kiln_common::devices::CLASSES;
+        // Every route runs under a timeout layer (lib.rs): any of them can answer 408.
+        let timeout = ResponseBuilder::new()
+            .description(
+                "Took longer than `KILN_REQUEST_TIMEOUT_SECS` (uploads and event streams: `KILN_UPLOAD_TIMEOUT_SECS`)",
+            )
+            .content(
+                "application/json",
+                Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+            )
+            .build();
         for item in openapi.paths.paths.values_mut() {
             for op in operations(item) {
+                op.responses
+                    .responses
+                    .entry("408".into())
+                    .or_insert_with(|| timeout.clone().into());
                 for param in op.parameters.iter_mut().flatten() {
                     let RefOr::T(param) = param else { continue };
                     let Some(RefOr::T(Schema::Object(schema))) = param.schema.as_mut() else {
