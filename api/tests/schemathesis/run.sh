@@ -112,6 +112,8 @@ values = ["index.html", "main.js", "data/level.json"]
 TOML
 
 set +e
+# From the scratch directory: Schemathesis keeps a cache (.schemathesis/) where it runs.
+cd "$work"
 KILN_ADMIN_TOKEN="$admin" KILN_TEAM_TOKEN="$team_token" \
   SCHEMATHESIS_HOOKS=kiln_hooks PYTHONPATH="$here" \
   "$venv/bin/schemathesis" --no-color --config-file "$work/schemathesis.toml" run "$url/v1/openapi.json" \
