@@ -13,7 +13,7 @@ use crate::routes::{
     paths(
         uploads::upload,
         builds::status, builds::events, builds::report,
-        publishing::manifest, publishing::keys,
+        publishing::manifest, publishing::keys, publishing::trust,
         releases::create, releases::list,
         library::loader, library::loader_file, library::list, library::delete,
         telemetry::ingest,

@@ -12,9 +12,11 @@ use crate::signing::Jwk;
 mod library;
 mod releases;
 mod telemetry;
+mod trust;
 
 pub use library::{LibraryFile, LibraryRow};
 pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
+pub use trust::TrustRow;
 pub use telemetry::{
     DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
 };

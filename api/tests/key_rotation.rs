@@ -1,0 +1,189 @@
+//! Key rotation end to end, in headless Chromium (Debian `chromium` driven by
+//! `api/sdk/test/e2e.mjs`) against a running Kiln: a page rewritten before the online signing
+//! key rotated still verifies the live manifest after its release was re-signed with the new
+//! key (the loader learns the new key from the root-signed trust document), and a revoked key
+//! is refused with `revoked_key`.
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kiln_common::signing::ManifestSignature;
+use serde_json::{Value, json};
+
+fn sdk_dir() -> PathBuf {
+    let dir = repo_root().join("api/sdk");
+    npm_installed(&dir, "node_modules/three-150/build/three.min.js", "ci");
+    dir
+}
+
+/// Runs the steps in one browser; one result per step.
+async fn browse(steps: Value) -> Vec<Value> {
+    let dir = sdk_dir();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(steps.to_string().as_bytes()).unwrap();
+    let path = file.path().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(dir.join("test/e2e.mjs"))
+            .args(["--steps", path.to_str().unwrap(), "--timeout-ms", "60000"])
+            .output()
+            .expect("node runs e2e.mjs (is chromium installed?)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        steps.as_array().unwrap().len(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    lines
+}
+
+/// A classic-script three.js game: its page is rewritten to boot through the loader.
+fn classic_game() -> Vec<u8> {
+    let three = std::fs::read(sdk_dir().join("node_modules/three-150/build/three.min.js")).unwrap();
+    zip_with(&[
+        (
+            "index.html",
+            br#"<!doctype html><html><head><meta charset="utf-8"><title>classic</title>
+<script src="lib/three.min.js"></script></head>
+<body><script src="game.js"></script></body></html>"#,
+        ),
+        ("lib/three.min.js", &three),
+        (
+            "game.js",
+            b"window.gameStarted = THREE.REVISION;\n",
+        ),
+    ])
+}
+
+/// The kid that signed the live manifest of `game`.
+async fn live_kid(kiln: &Kiln, game: &str) -> String {
+    let response = kiln
+        .http
+        .get(format!("{}/v1/games/{game}/manifest", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    ManifestSignature::parse_header(response.headers()["kiln-signature"].to_str().unwrap())
+        .unwrap()
+        .kid
+}
+
+/// Polls until the live release of `game` is signed by `kid` (the workers re-sign it).
+async fn wait_signed_by(kiln: &Kiln, game: &str, kid: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let live = live_kid(kiln, game).await;
+        if live == kid {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live release of {game} is still signed by {live}, not {kid}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The page's own loader and pinned keys verify the live manifest: `verified <sequence>` or
+/// `rejected <reason>`.
+const VERIFY_LIVE: &str = "kiln.preheat(__kilnBoot.cfg.manifest).then(r => 'verified ' + r.sequence, e => 'rejected ' + e.reason)";
+
+fn manifest_events(line: &Value) -> Vec<String> {
+    line["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "manifest")
+        .map(|e| format!("{}/{}", e["outcome"], e["reason"]))
+        .collect()
+}
+
+/// Problem 2 of issue 14: a page built before a rotation keeps verifying its live manifest
+/// once the release was re-signed with the new online key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_built_before_a_rotation_verifies_the_resigned_manifest() {
+    let key_a = tempfile::NamedTempFile::new()
+        .unwrap()
+        .into_temp_path()
+        .to_path_buf();
+    let key_b = key_a.with_extension("b");
+    let kiln = Kiln::start_with(Deployment::Embedded, |c| {
+        c.signing_key_file = key_a.display().to_string();
+        c.library.manifest_ttl_secs = 6;
+        c.library.resign_interval_secs = 1;
+    })
+    .await;
+    let (_, token) = kiln.team("rotation").await;
+    kiln.publish(&token, "rotated", "1.0.0", classic_game())
+        .await;
+    let old_kid = live_kid(&kiln, "rotated").await;
+    let page = format!("{}/play/rotated/", kiln.url);
+    let before = browse(json!([
+        {"open": page, "wait_for": "window.gameStarted === '150'", "eval": VERIFY_LIVE},
+    ]))
+    .await;
+    assert!(
+        before[0]["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("verified"),
+        "{}",
+        before[0]
+    );
+
+    // Rotate the online key: the workers restart with a new one (same address, so the page's
+    // absolute links still point here).
+    let bind = kiln.url.trim_start_matches("http://").to_string();
+    let kiln = kiln
+        .restart_with(|c| {
+            c.signing_key_file = key_b.display().to_string();
+            c.bind = bind;
+        })
+        .await;
+    let new_kid = kiln_common::signing::ManifestSigner::load_or_generate(&key_b)
+        .unwrap()
+        .0
+        .kid()
+        .to_string();
+    assert_ne!(old_kid, new_kid);
+    wait_signed_by(&kiln, "rotated", &new_kid).await;
+
+    // The OLD page (the live build's rewritten index.html), on a fresh device and on the one
+    // that saw it before the rotation.
+    let after = browse(json!([
+        {"open": page, "wait_for": "window.gameStarted === '150'", "eval": VERIFY_LIVE},
+        {"open": page, "wait_for": "window.gameStarted === '150'", "eval": VERIFY_LIVE,
+         "new_context": true},
+    ]))
+    .await;
+    for line in &after {
+        assert_eq!(line["started"], true, "{line}");
+        let result = line["result"].as_str().unwrap_or_default();
+        assert!(result.starts_with("verified"), "{line}");
+        assert_eq!(manifest_events(line), Vec::<String>::new(), "{line}");
+        let fallbacks: Vec<&Value> = line["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "preheat" && e["outcome"] == "fallback")
+            .collect();
+        assert!(fallbacks.is_empty(), "{line}");
+    }
+    kiln.stop().await;
+    let _ = std::fs::remove_file(&key_a);
+    let _ = std::fs::remove_file(&key_b);
+}
