@@ -61,10 +61,7 @@ fn classic_game() -> Vec<u8> {
 <body><script src="game.js"></script></body></html>"#,
         ),
         ("lib/three.min.js", &three),
-        (
-            "game.js",
-            b"window.gameStarted = THREE.REVISION;\n",
-        ),
+        ("game.js", b"window.gameStarted = THREE.REVISION;\n"),
     ])
 }
 
@@ -186,4 +183,90 @@ async fn a_page_built_before_a_rotation_verifies_the_resigned_manifest() {
     kiln.stop().await;
     let _ = std::fs::remove_file(&key_a);
     let _ = std::fs::remove_file(&key_b);
+}
+
+/// The key commands against a running Kiln: `keys rotate` (workers restarted on the new key),
+/// `keys rotate-root` (the old page pins only the old root, which co-signs), `keys revoke`
+/// (a manifest signed by the revoked key is refused in the browser, and leaves the JWKS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn key_commands_rotate_revoke_and_rotate_the_root() {
+    use kiln_common::signing::ManifestSigner;
+    use kiln_worker::keys;
+    let kiln = Kiln::start_with(Deployment::Embedded, |c| {
+        c.library.manifest_ttl_secs = 6;
+        c.library.resign_interval_secs = 1;
+    })
+    .await;
+    let (_, token) = kiln.team("commands").await;
+    kiln.publish(&token, "commands", "1.0.0", classic_game())
+        .await;
+    let (old, _) = ManifestSigner::load_or_generate(&kiln.config.signing_key_path()).unwrap();
+    let db = kiln.running.as_ref().unwrap().state.db.clone();
+    let rotated = keys::rotate(&kiln.config, &db).await.unwrap();
+    let new_kid = rotated.active().unwrap().kid.clone();
+    assert_ne!(new_kid, old.kid());
+    let bind = kiln.url.trim_start_matches("http://").to_string();
+    let kiln = kiln.restart_with(|c| c.bind = bind).await;
+    let db = kiln.running.as_ref().unwrap().state.db.clone();
+    wait_signed_by(&kiln, "commands", &new_kid).await;
+
+    // Revoking the active key is refused; the old one (nothing live signed by it) is not.
+    assert!(
+        keys::revoke(&kiln.config, &db, &new_kid, false)
+            .await
+            .is_err()
+    );
+    let (root_rotated, root) = keys::rotate_root(&kiln.config, &db).await.unwrap();
+    assert_eq!(root_rotated.roots.len(), 2);
+    let (revoked, _) = keys::revoke(&kiln.config, &db, old.kid(), false)
+        .await
+        .unwrap();
+    assert_eq!(revoked.revoked, [old.kid().to_string()]);
+    let jwks = kiln.jwks().await;
+    assert!(!jwks.to_string().contains(old.kid()), "{jwks}");
+
+    // The live manifest's bytes signed again by the revoked key (a thief holding it).
+    let manifest_url = format!("{}/v1/games/commands/manifest", kiln.url);
+    let live = kiln.http.get(&manifest_url).send().await.unwrap();
+    let bytes = live.bytes().await.unwrap();
+    let forged = json!({
+        "url": manifest_url,
+        "status": 200,
+        "headers": {"content-type": "application/json", "cache-control": "no-store",
+                    "kiln-signature": old.sign(&bytes).header_value(),
+                    "access-control-allow-origin": "*",
+                    "access-control-expose-headers": "Kiln-Signature"},
+        "body_base64": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bytes),
+    });
+    let page = format!("{}/play/commands/", kiln.url);
+    let pinned_new_root = format!(
+        "kiln.preheat(__kilnBoot.cfg.manifest, {{keys: [{}]}}).then(r => 'verified ' + r.sequence, e => 'rejected ' + e.reason)",
+        serde_json::to_string(&root).unwrap()
+    );
+    let lines = browse(json!([
+        // Built before the root rotation: pins only the old root, which co-signs.
+        {"open": page, "wait_for": "window.gameStarted === '150'", "eval": VERIFY_LIVE},
+        // A host that pins only the new root.
+        {"open": page, "wait_for": "window.gameStarted === '150'", "eval": pinned_new_root},
+        {"open": page, "wait_for": "window.gameStarted === '150'", "eval": VERIFY_LIVE,
+         "routes": [forged], "new_context": true},
+    ]))
+    .await;
+    assert!(
+        lines[0]["result"].as_str().unwrap().starts_with("verified"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1]["result"].as_str().unwrap().starts_with("verified"),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(lines[2]["result"], "rejected revoked_key", "{}", lines[2]);
+    assert!(
+        manifest_events(&lines[2]).contains(&"\"rejected\"/\"revoked_key\"".to_string()),
+        "{}",
+        lines[2]
+    );
+    kiln.stop().await;
 }

@@ -16,10 +16,10 @@ mod trust;
 
 pub use library::{LibraryFile, LibraryRow};
 pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
-pub use trust::TrustRow;
 pub use telemetry::{
     DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
 };
+pub use trust::TrustRow;
 
 /// Build status as stored and as served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -352,7 +352,10 @@ pub fn load_roots(path: &Path) -> Result<Vec<ManifestSigner>, KeyError> {
 
 /// Writes root seeds to `path` (mode 0600, replacing the file atomically).
 pub fn save_roots(path: &Path, seeds: &[[u8; 32]]) -> Result<(), KeyError> {
-    let text: String = seeds.iter().map(|s| format!("{}\n", hex::encode(s))).collect();
+    let text: String = seeds
+        .iter()
+        .map(|s| format!("{}\n", hex::encode(s)))
+        .collect();
     crate::signing::replace_secret(path, &text)
 }
 
@@ -399,7 +402,9 @@ mod tests {
         }
         let stranger = ManifestSigner::from_seed([4; 32]).sign(b"manifest");
         assert_eq!(
-            doc.verify_manifest(b"manifest", &stranger).unwrap_err().reason(),
+            doc.verify_manifest(b"manifest", &stranger)
+                .unwrap_err()
+                .reason(),
             "unknown_key"
         );
     }
@@ -418,11 +423,9 @@ mod tests {
             .unwrap()
             .revoked(old.kid(), LATER.into())
             .unwrap();
-        let doc = SignedTrust::verify(&signed(&v3, &[root]), &[v3.roots[0].clone()], now())
-            .unwrap();
-        let err = doc
-            .verify_manifest(b"m", &old.sign(b"m"))
-            .unwrap_err();
+        let doc =
+            SignedTrust::verify(&signed(&v3, &[root]), &[v3.roots[0].clone()], now()).unwrap();
+        let err = doc.verify_manifest(b"m", &old.sign(b"m")).unwrap_err();
         assert_eq!(err, TrustError::Revoked(old.kid().into()));
         assert_eq!(err.reason(), "revoked_key");
         assert!(v3.rotated(old.public_jwk(), LATER.into()).is_err());
@@ -448,8 +451,8 @@ mod tests {
         // The forger's signature under the root's kid.
         let mut claimed: SignedTrust = serde_json::from_slice(&forged).unwrap();
         claimed.signatures[0].keyid = root.kid().to_string();
-        let err = SignedTrust::verify(&claimed.to_bytes(), &[root.public_jwk()], now())
-            .unwrap_err();
+        let err =
+            SignedTrust::verify(&claimed.to_bytes(), &[root.public_jwk()], now()).unwrap_err();
         assert_eq!(err, TrustError::UntrustedRoot);
         assert_eq!(err.reason(), "bad_trust");
         // The root's signature over other bytes does not carry over.

@@ -70,7 +70,11 @@ fn roots_for(config: &Config, doc: &TrustDocument) -> anyhow::Result<Vec<Manifes
 /// With no document yet, the first one is issued (a development root key is generated at the
 /// root key path if none exists: the embedded default). A key the document does not list is
 /// added as the active one only where the root key file is present (embedded), else refused.
-pub async fn ensure_listed(config: &Config, db: &Db, signer: &ManifestSigner) -> anyhow::Result<TrustDocument> {
+pub async fn ensure_listed(
+    config: &Config,
+    db: &Db,
+    signer: &ManifestSigner,
+) -> anyhow::Result<TrustDocument> {
     let path = config.root_key_path();
     for _ in 0..5 {
         let next = match current(db).await? {
@@ -113,7 +117,11 @@ pub async fn ensure_listed(config: &Config, db: &Db, signer: &ManifestSigner) ->
         match issue(db, &next.0, &next.1).await {
             Ok(()) => return Ok(next.0),
             // Another process issued this version first: decide again on what it wrote.
-            Err(e) if current(db).await?.is_some_and(|d| d.version >= next.0.version) => {
+            Err(e)
+                if current(db)
+                    .await?
+                    .is_some_and(|d| d.version >= next.0.version) =>
+            {
                 tracing::info!(error = %e, "trust document changed meanwhile; reading it again");
             }
             Err(e) => return Err(e),
@@ -167,10 +175,7 @@ pub async fn rotate(config: &Config, db: &Db) -> anyhow::Result<TrustDocument> {
         .map_err(anyhow::Error::msg)?;
     // The document first: a worker that restarts on the new key finds it listed.
     issue(db, &next, &roots).await?;
-    kiln_common::signing::replace_secret(
-        &config.signing_key_path(),
-        &hex::encode(new.to_seed()),
-    )?;
+    kiln_common::signing::replace_secret(&config.signing_key_path(), &hex::encode(new.to_seed()))?;
     Ok(next)
 }
 
@@ -188,7 +193,16 @@ pub async fn revoke(
     if !live.is_empty() && !force {
         let list: Vec<String> = live
             .iter()
-            .map(|(g, s, c)| format!("{g}#{s}{}", if c.is_empty() { String::new() } else { format!(" ({c})") }))
+            .map(|(g, s, c)| {
+                format!(
+                    "{g}#{s}{}",
+                    if c.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({c})")
+                    }
+                )
+            })
             .collect();
         anyhow::bail!(
             "{} live manifest(s) are signed by {kid}: {}; wait until the workers re-sign them with the active key, or pass --force to revoke now and re-sign them",
@@ -227,7 +241,11 @@ pub async fn rotate_root(config: &Config, db: &Db) -> anyhow::Result<(TrustDocum
 /// built after the rotation (docs/key-rotation.md).
 pub async fn drop_root(config: &Config, db: &Db, kid: &str) -> anyhow::Result<TrustDocument> {
     let doc = existing(current(db).await?)?;
-    anyhow::ensure!(doc.roots.iter().any(|r| r.kid == kid), "{kid} is not a root of trust document v{}", doc.version);
+    anyhow::ensure!(
+        doc.roots.iter().any(|r| r.kid == kid),
+        "{kid} is not a root of trust document v{}",
+        doc.version
+    );
     anyhow::ensure!(doc.roots.len() > 1, "{kid} is the only root");
     let mut next = doc.next(expiry(config));
     next.roots.retain(|r| r.kid != kid);

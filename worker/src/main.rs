@@ -268,15 +268,18 @@ async fn keys_command(
         KeysCommand::DropRoot { kid } => keys::drop_root(&config, &db, &kid).await?,
         KeysCommand::Refresh => keys::refresh(&config, &db).await?,
         KeysCommand::Show => {
-            let row = db
-                .latest_trust_document()
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("no trust document yet: run `kiln-worker keys init`"))?;
+            let row = db.latest_trust_document().await?.ok_or_else(|| {
+                anyhow::anyhow!("no trust document yet: run `kiln-worker keys init`")
+            })?;
             let roots: Vec<_> = kiln_common::trust::load_roots(&config.root_key_path())?
                 .iter()
                 .map(|r| r.public_jwk())
                 .collect();
-            kiln_common::trust::SignedTrust::verify(row.envelope.as_bytes(), &roots, chrono::Utc::now())?
+            kiln_common::trust::SignedTrust::verify(
+                row.envelope.as_bytes(),
+                &roots,
+                chrono::Utc::now(),
+            )?
         }
     };
     println!("{}", serde_json::to_string_pretty(&doc)?);

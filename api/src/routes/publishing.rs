@@ -197,7 +197,10 @@ pub async fn trust(State(state): State<AppState>, headers: HeaderMap) -> ApiResu
         HeaderValue::from_str(&etag).expect("hex etag"),
     );
     response_headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
-    response_headers.insert("access-control-expose-headers", HeaderValue::from_static("ETag"));
+    response_headers.insert(
+        "access-control-expose-headers",
+        HeaderValue::from_static("ETag"),
+    );
     if crate::routes::cdn::etag_matches(&headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
     }
