@@ -4,7 +4,7 @@
   'use strict';
   if (!G || (G.kiln && G.kiln.version)) return;
 
-  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', KEPT = 'kiln:manifest:', KCLASS = 'kiln:class', INDEX_MAX = 64;
+  var CACHE = 'kiln-library-v1', INDEX = 'kiln:lib', SEQ = 'kiln:seq:', KEPT = 'kiln:manifest:', KCLASS = 'kiln:class', TRUST = 'kiln:trust:', INDEX_MAX = 64;
   var CLASS = /^(ios-high|ios-low|android-high|android-mid|android-low|desktop|unknown)$/;
   var DESC = ['os', 'os_version', 'runtime', 'model', 'memory', 'cores'];
   var doc = typeof document !== 'undefined' && document && document.createElement ? document : null;
@@ -408,26 +408,67 @@
   }
   function verify(url, opts, learn) {
     return fetchBytes(url).then(function (r) {
-      return check(r.bytes, r.res.headers.get('kiln-signature'), r.res.headers.get('kiln-device-class'), opts, learn);
+      return check(r.bytes, r.res.headers.get('kiln-signature'), r.res.headers.get('kiln-device-class'), opts, learn, url);
     });
   }
-  // A manifest's bytes and signature, checked: trusted key, signature, schema, game, expiry,
-  // sequence (never older than one this device saw). Kept for the next visit when `learn`.
-  function check(bytes, sigHeader, classHeader, opts, learn) {
+  function byKid(keys, kid) { for (var i = 0; i < keys.length; i++) if (keys[i] && keys[i].kid === kid) return keys[i]; return null; }
+  function edVerify(s, jwk, sig, bytes) {
+    return s.importKey('jwk', { kty: jwk.kty, crv: jwk.crv, x: jwk.x }, { name: 'Ed25519' }, false, ['verify']).then(function (key) {
+      return sig.length === 64 && s.verify({ name: 'Ed25519' }, key, sig, bytes);
+    });
+  }
+  // A trust document ({signed, signatures}) signed by one of the pinned keys: the document, else
+  // why not: 'unknown_key' (no pinned key signed it), 'bad_trust' (a pinned key's signature fails).
+  function trustDoc(s, text, pins) {
+    var env, bytes, sigs, why = 'unknown_key';
+    try { env = JSON.parse(text); bytes = new G.TextEncoder().encode(env.signed); sigs = env.signatures.slice(); } catch (e) { return Promise.resolve('bad_trust'); }
+    return (function next() {
+      var x = sigs.shift(), jwk = x && byKid(pins, x.keyid), sig = jwk && b64dec(x.sig);
+      if (!x) return why;
+      if (jwk) why = 'bad_trust';
+      return (sig ? edVerify(s, jwk, sig, bytes) : Promise.resolve(false)).then(function (ok) {
+        var d = null;
+        try { d = ok && JSON.parse(env.signed); } catch (e) { /* signed, but not a document */ }
+        return d && d.version >= 0 && Array.isArray(d.keys) ? d : next();
+      }, next);
+    })();
+  }
+  // The key `kid` as the trust document beside the manifest (same base URL) lists it: verified
+  // by a pinned root, unexpired, not older than the one this device verified before.
+  function trusted(s, url, kid, pins) {
+    var base = String(url).replace(/\/v1\/games\/.*$/, ''), at = TRUST + base, text;
+    return fetchBytes(base + '/v1/keys/trust').then(function (r) {
+      text = utf8(r.bytes);
+      return Promise.all([trustDoc(s, text, pins), trustDoc(s, item(at), pins)]);
+    }, function (e) {
+      throw e.reason === 'error' ? fail('unknown_key', 'no trusted key ' + kid + ' (' + e.message + ')') : e;
+    }).then(function (r) {
+      var d = r[0], seen = r[1].version, k;
+      if (!d.keys) throw fail(d, 'no trust document for ' + kid + ' signed by a pinned key');
+      if (!(Date.parse(d.expires) > Date.now())) throw fail('trust_expired', 'trust document expired at ' + d.expires);
+      if (d.version < seen) throw fail('trust_rollback', 'trust document ' + d.version + ' is older than ' + seen);
+      item(at, text);
+      if ((d.revoked || []).indexOf(kid) >= 0) throw fail('revoked_key', 'key ' + kid + ' is revoked');
+      for (var i = 0; i < d.keys.length; i++) if ((k = d.keys[i]) && k.jwk && k.jwk.kid === kid) return k.jwk;
+      throw fail('unknown_key', 'no trusted key ' + kid);
+    });
+  }
+  // A manifest's bytes and signature, checked: trusted key (pinned, or listed by the trust
+  // document a pinned root signed), signature, schema, game, expiry, sequence (never older than
+  // one this device saw). Kept for the next visit when `learn`.
+  function check(bytes, sigHeader, classHeader, opts, learn, url) {
     var keys = opts.keys || S.keys || [], s = subtle(), got = { bytes: bytes }, sig;
     if (!s) return Promise.reject(fail('unsupported', 'no crypto.subtle'));
     return Promise.resolve().then(function () {
       sig = parseSig(sigHeader);
       if (!sig) throw fail('bad_signature', 'missing or unreadable Kiln-Signature');
-      var jwk = null;
-      for (var i = 0; i < keys.length; i++) if (keys[i] && keys[i].kid === sig.kid) jwk = keys[i];
-      if (!jwk) throw fail('unknown_key', 'no trusted key ' + sig.kid);
-      return s.importKey('jwk', { kty: jwk.kty, crv: jwk.crv, x: jwk.x }, { name: 'Ed25519' }, false, ['verify'])
-        .catch(function (e) {
-          throw fail(e && e.name === 'NotSupportedError' ? 'unsupported' : 'unknown_key', 'key ' + sig.kid + ': ' + (e && e.message));
-        });
-    }).then(function (key) {
-      return sig.sig.length === 64 && s.verify({ name: 'Ed25519' }, key, sig.sig, got.bytes);
+      var jwk = byKid(keys, sig.kid);
+      if (!jwk && !(url && G.TextEncoder)) throw fail('unknown_key', 'no trusted key ' + sig.kid);
+      return jwk || trusted(s, url, sig.kid, keys);
+    }).then(function (jwk) {
+      return edVerify(s, jwk, sig.sig, got.bytes).catch(function (e) {
+        throw fail(e && e.name === 'NotSupportedError' ? 'unsupported' : 'unknown_key', 'key ' + sig.kid + ': ' + (e && e.message));
+      });
     }).then(function (ok) {
       if (!ok) throw fail('bad_signature', 'signature does not verify');
       var m;
@@ -450,12 +491,12 @@
   }
   // The manifest this device verified last for `game`, if it is of `build`: checked again
   // (signature, expiry, sequence) and used at once, while the fresh one is fetched.
-  function kept(game, build, opts) {
+  function kept(game, build, opts, url) {
     var k = stored(KEPT + game), m0;
     if (!k || typeof k.body !== 'string' || !G.TextEncoder) return null;
     try { m0 = JSON.parse(k.body); } catch (e) { return null; }
     if (!m0 || m0.build_id !== build) return null;
-    return check(new G.TextEncoder().encode(k.body), k.sig, k.cls, opts, false);
+    return check(new G.TextEncoder().encode(k.body), k.sig, k.cls, opts, false, url);
   }
   // This device's manifest, verified; its engines and models become known.
   function manifestOf(url, opts, first) {
@@ -687,7 +728,7 @@
     if (cfg.manifest) {
       // A repeat visit of the same build needs no network for the model choice: the manifest
       // verified last time is checked again and used at once; the fresh one follows.
-      var k = cfg.build ? kept(game, cfg.build, { game: game }) : null, quick = null;
+      var k = cfg.build ? kept(game, cfg.build, { game: game }, cfg.manifest) : null, quick = null;
       if (k) {
         pending.push(k);
         quick = k.then(learnManifest, noop).then(function () { pending.splice(pending.indexOf(k), 1); });

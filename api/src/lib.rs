@@ -58,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/builds/{id}/report", get(builds::report))
         .route("/v1/games/{game}/manifest", get(publishing::manifest))
         .route("/v1/keys", get(publishing::keys))
+        .route("/v1/keys/trust", get(publishing::trust))
         .route(
             "/v1/games/{game}/releases",
             post(releases::create).get(releases::list),

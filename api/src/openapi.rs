@@ -25,7 +25,7 @@ pub const GAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
     paths(
         uploads::upload,
         builds::status, builds::events, builds::report,
-        publishing::manifest, publishing::keys,
+        publishing::manifest, publishing::keys, publishing::trust,
         releases::create, releases::list,
         library::loader, library::loader_file, library::list, library::delete,
         telemetry::ingest, telemetry::preflight,

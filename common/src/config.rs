@@ -33,6 +33,13 @@ pub struct Config {
     /// Ed25519 signing key file (32-byte seed, hex). Empty: `{data_dir}/keys/signing.key`,
     /// generated on first start.
     pub signing_key_file: String,
+    /// Root key file (hex Ed25519 seeds, one per line) that signs the trust document. Only the
+    /// operator's `kiln-worker keys …` commands need it (and, in the embedded default, the
+    /// first start, which generates it). Empty: `{data_dir}/keys/root.key`.
+    pub root_key_file: String,
+    /// How long a trust document the root signs stays valid (default 180 days); `keys
+    /// refresh` (or any other key command) signs a new one.
+    pub trust_ttl_secs: u64,
     /// Emit logs as JSON lines instead of human-readable text.
     pub log_json: bool,
 }
@@ -113,6 +120,8 @@ impl Default for Config {
             telemetry: TelemetryConfig::default(),
             variants: VariantsConfig::default(),
             signing_key_file: String::new(),
+            root_key_file: String::new(),
+            trust_ttl_secs: 180 * 24 * 3600,
             log_json: false,
         }
     }
@@ -453,6 +462,8 @@ impl Config {
             "KILN_DATABASE_URL" => self.database_url = value.into(),
             "KILN_ADMIN_TOKEN" => self.admin_token = value.into(),
             "KILN_SIGNING_KEY_FILE" => self.signing_key_file = value.into(),
+            "KILN_ROOT_KEY_FILE" => self.root_key_file = value.into(),
+            "KILN_TRUST_TTL_SECS" => self.trust_ttl_secs = num()?.max(60),
             "KILN_LOG_JSON" => self.log_json = flag()?,
             "KILN_STORAGE_DIR" => self.storage.local_dir = value.into(),
             "KILN_S3_BUCKET" => self.storage.s3_bucket = value.into(),
@@ -591,6 +602,14 @@ impl Config {
             self.data_dir.join("keys").join("signing.key")
         } else {
             PathBuf::from(&self.signing_key_file)
+        }
+    }
+
+    pub fn root_key_path(&self) -> PathBuf {
+        if self.root_key_file.is_empty() {
+            self.data_dir.join("keys").join("root.key")
+        } else {
+            PathBuf::from(&self.root_key_file)
         }
     }
 

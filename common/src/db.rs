@@ -12,12 +12,14 @@ use crate::signing::Jwk;
 mod library;
 mod releases;
 mod telemetry;
+mod trust;
 
 pub use library::{LibraryFile, LibraryRow};
 pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
 pub use telemetry::{
     DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
 };
+pub use trust::TrustRow;
 
 /// Build status as stored and as served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

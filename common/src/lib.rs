@@ -13,6 +13,7 @@ pub mod rollups;
 pub mod signing;
 pub mod storage;
 pub mod telemetry;
+pub mod trust;
 pub mod variants;
 
 /// Logs to stderr, human-readable or JSON lines; `RUST_LOG` filters (default `info`).

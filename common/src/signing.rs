@@ -72,6 +72,16 @@ impl ManifestSigner {
         }
     }
 
+    /// A fresh random key.
+    pub fn generate() -> Result<Self, KeyError> {
+        Ok(Self::from_seed(random_seed()?))
+    }
+
+    /// The secret seed (for writing a key file; never log it).
+    pub fn to_seed(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+
     pub fn kid(&self) -> &str {
         &self.kid
     }
@@ -86,6 +96,33 @@ impl ManifestSigner {
             signature: self.key.sign(message).to_bytes().to_vec(),
         }
     }
+}
+
+fn random_seed() -> Result<[u8; 32], KeyError> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| KeyError::File {
+        path: "(random)".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(seed)
+}
+
+/// Writes a secret file (mode 0600) in place of `path`, atomically: a reader sees the old
+/// content or the new one, never half of it.
+pub fn replace_secret(path: &Path, text: &str) -> Result<(), KeyError> {
+    let err = |e: std::io::Error| KeyError::File {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
+    write_secret(&tmp, text).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })
 }
 
 #[cfg(unix)]

@@ -23,6 +23,10 @@ pub const REASONS: &[&str] = &[
     "rollback",
     "expired",
     "malformed",
+    "revoked_key",
+    "bad_trust",
+    "trust_expired",
+    "trust_rollback",
 ];
 pub const VARIANTS: &[&str] = &["meshopt", "quantized", "original"];
 pub const DECODERS: &[&str] = &["wasm-simd", "wasm", "js", "none"];

@@ -5,6 +5,7 @@
 pub mod animation;
 pub mod gltf;
 pub mod job;
+pub mod keys;
 pub mod pipeline;
 pub mod release;
 pub mod runtime;

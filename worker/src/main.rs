@@ -26,6 +26,12 @@ struct Cli {
 enum Command {
     /// Consume build jobs from the queue (the default).
     Run,
+    /// The trust root and the signing keys (docs/key-rotation.md). Needs the root key file
+    /// (`KILN_ROOT_KEY_FILE`) and the database; prints the new trust document.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Run the whole pipeline on one package, with no server and no database.
     Process {
         /// A .zip or .tar.gz game package.
@@ -108,6 +114,30 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Root key (generated if missing), signing key (generated if missing), trust document v1.
+    Init,
+    /// A new online signing key (written to the signing key file) becomes active; the old one
+    /// is retired, still listed. Restart the workers afterwards.
+    Rotate,
+    /// Revoke a signing key: refused while a live manifest is signed by it, unless --force
+    /// (which re-signs those with the active key at once).
+    Revoke {
+        kid: String,
+        #[arg(long)]
+        force: bool,
+    },
+    /// A new root key: the document lists and is signed by the old and the new roots.
+    RotateRoot,
+    /// Drop an old root once every live build pins the new one.
+    DropRoot { kid: String },
+    /// The same document, version + 1, a new expiry.
+    Refresh,
+    /// Print the current trust document, verified against the root key file's roots.
+    Show,
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let config = match Config::load() {
@@ -169,6 +199,7 @@ fn main() -> std::process::ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => runtime.block_on(consume(config)),
+        Command::Keys { command } => runtime.block_on(keys_command(config, command)),
         Command::Process {
             package,
             out,
@@ -199,6 +230,94 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+async fn keys_command(
+    config: Config,
+    command: KeysCommand,
+) -> anyhow::Result<std::process::ExitCode> {
+    use kiln_worker::keys;
+    let db = Db::connect(&config.database_url(), 2).await?;
+    let doc = match command {
+        KeysCommand::Init => keys::init(&config, &db).await?,
+        KeysCommand::Rotate => {
+            let doc = keys::rotate(&config, &db).await?;
+            eprintln!(
+                "kiln-worker: new active key {} written to {}; restart the workers to sign with it",
+                doc.active().map_or("?", |k| k.kid.as_str()),
+                config.signing_key_path().display()
+            );
+            doc
+        }
+        KeysCommand::Revoke { kid, force } => {
+            let (doc, live) = keys::revoke(&config, &db, &kid, force).await?;
+            if !live.is_empty() {
+                resign_live(&config, db.clone(), &kid).await?;
+            }
+            doc
+        }
+        KeysCommand::RotateRoot => {
+            let (doc, root) = keys::rotate_root(&config, &db).await?;
+            eprintln!(
+                "kiln-worker: new root {} (the document is signed by {} roots); restart the workers so new builds pin it",
+                root.kid,
+                doc.roots.len()
+            );
+            doc
+        }
+        KeysCommand::DropRoot { kid } => keys::drop_root(&config, &db, &kid).await?,
+        KeysCommand::Refresh => keys::refresh(&config, &db).await?,
+        KeysCommand::Show => {
+            let row = db.latest_trust_document().await?.ok_or_else(|| {
+                anyhow::anyhow!("no trust document yet: run `kiln-worker keys init`")
+            })?;
+            let roots: Vec<_> = kiln_common::trust::load_roots(&config.root_key_path())?
+                .iter()
+                .map(|r| r.public_jwk())
+                .collect();
+            kiln_common::trust::SignedTrust::verify(
+                row.envelope.as_bytes(),
+                &roots,
+                chrono::Utc::now(),
+            )?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Signs again, with the active key, every live release that `kid` signed (`keys revoke
+/// --force`): the next sequence, so a device that saw the old one takes it.
+async fn resign_live(config: &Config, db: Db, kid: &str) -> anyhow::Result<()> {
+    let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
+    let context = runtime::job_context(config, db.clone(), storage).await?;
+    anyhow::ensure!(
+        context.signer.kid() != kid,
+        "the signing key file still holds the revoked key {kid}: run `keys rotate` first"
+    );
+    for live in db.live_releases().await? {
+        let class_signed = db
+            .live_signed_by(kid)
+            .await?
+            .iter()
+            .any(|(g, _, _)| *g == live.game);
+        if live.kid != kid && !class_signed {
+            continue;
+        }
+        let bytes = context.storage.get_bytes(&live.manifest_key).await?;
+        let manifest: kiln_common::manifest::Manifest = serde_json::from_slice(&bytes)?;
+        let row = kiln_worker::release::release(
+            &context,
+            &manifest,
+            kiln_worker::release::Reason::Resign,
+        )
+        .await?;
+        eprintln!(
+            "kiln-worker: re-signed {} as sequence {} with {}",
+            row.game, row.sequence, row.kid
+        );
+    }
+    Ok(())
 }
 
 async fn consume(config: Config) -> anyhow::Result<std::process::ExitCode> {

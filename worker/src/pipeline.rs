@@ -46,6 +46,9 @@ pub struct PipelineOptions {
     pub cdn_base: String,
     /// The API's public URL: rewritten pages load the loader and the manifest from it.
     pub api_base: String,
+    /// The trust roots rewritten pages pin (the trust document's `roots`); empty (a local
+    /// `kiln-worker process` with no database): the build's signing key itself.
+    pub trust_roots: Vec<kiln_common::signing::Jwk>,
     /// Pause before each stage. Only for crash-recovery tests and demos.
     pub stage_pause: Duration,
 }
@@ -186,7 +189,14 @@ pub fn prepare(
                 game: identity.game.clone(),
                 manifest: format!("{api}/v1/games/{}/manifest", identity.game),
                 telemetry: format!("{api}/v1/telemetry"),
-                keys: vec![serde_json::to_value(signer.public_jwk()).expect("JWK serialises")],
+                keys: if options.trust_roots.is_empty() {
+                    vec![signer.public_jwk()]
+                } else {
+                    options.trust_roots.clone()
+                }
+                .iter()
+                .map(|k| serde_json::to_value(k).expect("JWK serialises"))
+                .collect(),
                 build: identity.build_id.clone(),
                 base: Some(page_base(options, identity)),
             };

@@ -100,12 +100,31 @@ pub async fn load_signer(config: &Config, db: &Db) -> anyhow::Result<Arc<Manifes
     Ok(Arc::new(signer))
 }
 
+/// The roots the trust document lists, after checking that it lists `signer` (issuing the
+/// first document where there is none: `keys::ensure_listed`). Rewritten pages pin these.
+/// A worker learns a new signing key or root when it restarts (docs/key-rotation.md).
+pub async fn trust_roots(
+    config: &Config,
+    db: &Db,
+    signer: &ManifestSigner,
+) -> anyhow::Result<Vec<kiln_common::signing::Jwk>> {
+    let doc = crate::keys::ensure_listed(config, db, signer).await?;
+    tracing::info!(
+        version = doc.version,
+        expires = %doc.expires,
+        roots = doc.roots.len(),
+        "trust document"
+    );
+    Ok(doc.roots)
+}
+
 pub async fn job_context(
     config: &Config,
     db: Db,
     storage: Storage,
 ) -> anyhow::Result<Arc<JobContext>> {
     let signer = load_signer(config, &db).await?;
+    let trust_roots = trust_roots(config, &db, &signer).await?;
     let work_root = config.work_dir();
     tokio::fs::create_dir_all(&work_root).await?;
     crate::job::setup_queue(&db.queue)
@@ -115,7 +134,10 @@ pub async fn job_context(
         db,
         storage,
         signer,
-        options: pipeline_options(config)?,
+        options: PipelineOptions {
+            trust_roots,
+            ..pipeline_options(config)?
+        },
         work_root,
         transient_retries: config.worker.transient_retries,
         manifest_ttl: Duration::from_secs(config.library.manifest_ttl_secs),

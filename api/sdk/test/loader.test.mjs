@@ -511,6 +511,82 @@ describe('boot', () => {
   });
 });
 
+describe('trust document (pinned roots, rotated and revoked keys)', () => {
+  const later = new Date(Date.now() + 86400e3).toISOString();
+  const active = (k) => ({ jwk: srv.keys[k], status: 'active' });
+  const retired = (k) => ({ jwk: srv.keys[k], status: 'retired' });
+  after(() => srv.files.delete('/v1/keys/trust'));
+  function container(id) {
+    return srv.set(`/c/${id}/index.html`, CONTAINER_PAGE);
+  }
+  // Preheats a manifest of `id` signed by `key` in `p`, pinning `pins`: 'ok <sequence>' or the reason.
+  async function verifyIn(p, id, key, pins, sequence = 3) {
+    const d = publish(srv, `trust-${id}`, makeEngine({ version: '21.0.0' }), { gameDir: `/g/trust-${id}` });
+    const m = srv.manifest(`/v1/games/trust-${id}/manifest`, manifestFor(`trust-${id}`, [d], { sequence }), { key });
+    return p.evaluate(([u, keys]) => kiln.preheat(u, { keys }).then((s) => `ok ${s.sequence}`, (e) => e.reason), [m, pins.map((k) => srv.keys[k])]);
+  }
+  async function page(id) {
+    return open(await newContext(), container(`trust-${id}`), { boot: false });
+  }
+
+  it('a page pinning only the root verifies a manifest signed by a key the document lists (active or retired)', async () => {
+    srv.trust({ version: 2, expires: later, keys: [active('other'), retired('good')] });
+    const p = await page('rotated');
+    assert.equal(await verifyIn(p, 'rotated', 'other', ['root']), 'ok 3');
+    assert.equal(await verifyIn(p, 'retired', 'good', ['root']), 'ok 3');
+    assert.ok(srv.requested('/v1/keys/trust'));
+    const stored = await p.evaluate((o) => localStorage.getItem('kiln:trust:' + o), srv.origin);
+    assert.equal(JSON.parse(JSON.parse(stored).signed).version, 2, 'kept as the signed document');
+  });
+
+  it('refuses a key the document revokes (revoked_key), and one it does not list (unknown_key)', async () => {
+    srv.trust({ version: 3, expires: later, keys: [active('other')], revoked: [srv.keys.good.kid] });
+    const p = await page('revoked');
+    assert.equal(await verifyIn(p, 'revoked', 'good', ['root']), 'revoked_key');
+    srv.trust({ version: 3, expires: later, keys: [active('other')] });
+    assert.equal(await verifyIn(p, 'unlisted', 'good', ['root']), 'unknown_key');
+    const reasons = (await p.evaluate(() => kiln.events)).filter((e) => e.type === 'manifest').map((e) => e.reason);
+    assert.deepEqual(reasons, ['revoked_key', 'unknown_key']);
+  });
+
+  it('during a root rotation the document signed by the old and the new root verifies with either pinned', async () => {
+    srv.trust({ version: 4, expires: later, keys: [active('other')] }, { by: ['root', 'root2'] });
+    const p = await page('root-rotation');
+    assert.equal(await verifyIn(p, 'old-root', 'other', ['root']), 'ok 3');
+    assert.equal(await verifyIn(p, 'new-root', 'other', ['root2']), 'ok 3');
+    // Once the old root no longer signs, a page pinning only it learns no new key.
+    srv.trust({ version: 5, expires: later, keys: [active('other')] }, { by: ['root2'] });
+    assert.equal(await verifyIn(p, 'dropped-root', 'other', ['root']), 'unknown_key');
+  });
+
+  it('refuses a document older than one this origin verified before (trust_rollback), also on a new page', async () => {
+    const p = await page('rollback');
+    srv.trust({ version: 9, expires: later, keys: [active('other')] });
+    assert.equal(await verifyIn(p, 'rollback', 'other', ['root']), 'ok 3');
+    srv.trust({ version: 8, expires: later, keys: [active('other'), retired('good')] });
+    assert.equal(await verifyIn(p, 'rollback-old', 'good', ['root']), 'trust_rollback');
+    const p2 = await open(p.context(), container('trust-rollback'), { boot: false });
+    assert.equal(await verifyIn(p2, 'rollback-again', 'good', ['root']), 'trust_rollback');
+    // A stored document that does not verify any more sets no floor.
+    await p2.evaluate((o) => localStorage.setItem('kiln:trust:' + o, localStorage.getItem('kiln:trust:' + o).replace('"version\\":9', '"version\\":99')), srv.origin);
+    assert.match(await p2.evaluate((o) => localStorage.getItem('kiln:trust:' + o), srv.origin), /version\\":99/);
+    srv.trust({ version: 9, expires: later, keys: [active('other')] });
+    assert.equal(await verifyIn(p2, 'rollback-same', 'other', ['root']), 'ok 3');
+  });
+
+  it('refuses a forged document (bad_trust under the root\'s kid, unknown_key under its own) and an expired one (trust_expired)', async () => {
+    const p = await page('forged');
+    srv.trust({ version: 20, expires: later, keys: [active('other')] }, { by: ['forger'] });
+    assert.equal(await verifyIn(p, 'forged', 'other', ['root']), 'unknown_key');
+    const env = JSON.parse(srv.files.get('/v1/keys/trust').body.toString());
+    env.signatures[0].keyid = srv.keys.root.kid;
+    srv.set('/v1/keys/trust', JSON.stringify(env));
+    assert.equal(await verifyIn(p, 'forged-kid', 'other', ['root']), 'bad_trust');
+    srv.trust({ version: 21, expires: '2020-01-01T00:00:00Z', keys: [active('other')] });
+    assert.equal(await verifyIn(p, 'expired', 'other', ['root']), 'trust_expired');
+  });
+});
+
 describe('without a DOM', () => {
   it('loads in a bare JavaScript context without throwing, and reports what it cannot do', async () => {
     const sandbox = { setTimeout, clearTimeout, Promise };

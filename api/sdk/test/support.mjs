@@ -85,8 +85,10 @@ export async function startServer() {
   const good = crypto.generateKeyPairSync('ed25519');
   const other = crypto.generateKeyPairSync('ed25519');
   const jwk = (pair, kid) => ({ ...pair.publicKey.export({ format: 'jwk' }), kid, use: 'sig', alg: 'EdDSA' });
-  const keys = { good: jwk(good, 'test-key-1'), other: jwk(other, 'test-key-2') };
-  const pairs = { good, other };
+  // Trust roots (docs/key-rotation.md): `root` and `root2` sign trust documents, `forger` pretends to.
+  const [root, root2, forger] = [0, 1, 2].map(() => crypto.generateKeyPairSync('ed25519'));
+  const keys = { good: jwk(good, 'test-key-1'), other: jwk(other, 'test-key-2'), root: jwk(root, 'test-root-1'), root2: jwk(root2, 'test-root-2'), forger: jwk(forger, 'test-forger') };
+  const pairs = { good, other, root, root2, forger };
 
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://localhost');
@@ -160,6 +162,13 @@ export async function startServer() {
       const sig = crypto.sign(null, body, pairs[key].privateKey).toString('base64');
       const served = corrupt ? Buffer.from(body.toString().replace(/"sequence":(\d+)/, (_, n) => `"sequence":${Number(n) + 1000}`)) : body;
       return { body: served, headers: { 'kiln-signature': `keyid=${keys[key].kid}, sig=${sig}` } };
+    },
+    // Serves a trust document at /v1/keys/trust as Kiln does ({signed, signatures}), signed by
+    // `by` (names of keys). doc: {version, expires, keys: [{jwk, status}], revoked}.
+    trust(doc, { by = ['root'] } = {}) {
+      const signed = JSON.stringify({ roots: by.map((k) => keys[k]), revoked: [], ...doc });
+      const signatures = by.map((k) => ({ keyid: keys[k].kid, sig: crypto.sign(null, Buffer.from(signed), pairs[k].privateKey).toString('base64') }));
+      return this.set('/v1/keys/trust', JSON.stringify({ signed, signatures }));
     },
     // Serves a signed manifest at `p`.
     manifest(p, manifest, opts = {}) {

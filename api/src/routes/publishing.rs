@@ -163,10 +163,16 @@ pub async fn manifest(
 }
 
 #[utoipa::path(get, path = "/v1/keys",
-    description = "Every manifest signing key as a JWKS (RFC 8037 OKP/Ed25519). Old keys stay listed so old manifests still verify after rotation.",
+    description = "The manifest signing keys as a JWKS (RFC 8037 OKP/Ed25519), for compatibility: every key that ever signed except those the trust document revokes. Pages and hosts pin the trust roots and read `/v1/keys/trust` instead.",
     responses((status = 200, body = Jwks), (status = 503, body = crate::error::ErrorBody)))]
 pub async fn keys(State(state): State<AppState>) -> ApiResult<Response> {
-    let keys = state.db.keys().await?;
+    let doc = match state.db.latest_trust_document().await? {
+        Some(row) => kiln_common::trust::SignedTrust::parse(row.envelope.as_bytes())
+            .and_then(|(signed, _)| kiln_common::trust::parse_trust_document(&signed))
+            .ok(),
+        None => None,
+    };
+    let keys = kiln_common::trust::unrevoked(state.db.keys().await?, doc.as_ref());
     Ok((
         [
             (header::CACHE_CONTROL, "public, max-age=300"),
@@ -175,4 +181,36 @@ pub async fn keys(State(state): State<AppState>) -> ApiResult<Response> {
         Json(Jwks { keys }),
     )
         .into_response())
+}
+
+#[utoipa::path(get, path = "/v1/keys/trust",
+    description = "The newest trust document, signed by the root key(s): `{\"signed\": \"<document JSON text>\", \"signatures\": [{\"keyid\", \"sig\"}]}`; each signature is Ed25519 over the UTF-8 bytes of `signed`. The document: `{version, expires, roots: [jwk], keys: [{jwk, status: active|retired}], revoked: [kid]}` (docs/key-rotation.md). `404` before the first `kiln-worker keys init` (or first embedded start).",
+    responses((status = 200, content_type = "application/json"), (status = 304), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn trust(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
+    let Some(row) = state.db.latest_trust_document().await? else {
+        return Err(ApiError::not_found(
+            "no trust document yet: run `kiln-worker keys init`",
+        ));
+    };
+    let etag = format!("\"{}\"", row.sha256);
+    let mut response_headers = HeaderMap::new();
+    // A minute, as the manifest: a rotation reaches every device before it meets the new key.
+    response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(SHORT_LIVED));
+    response_headers.insert(
+        header::ETAG,
+        HeaderValue::from_str(&etag).expect("hex etag"),
+    );
+    response_headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    response_headers.insert(
+        "access-control-expose-headers",
+        HeaderValue::from_static("ETag"),
+    );
+    if crate::routes::cdn::etag_matches(&headers, &etag) {
+        return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
+    }
+    response_headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok((StatusCode::OK, response_headers, row.envelope).into_response())
 }
