@@ -17,7 +17,7 @@ use crate::routes::{
         releases::create, releases::list,
         library::loader, library::loader_file, library::list, library::delete,
         telemetry::ingest,
-        dashboard::page, dashboard::data,
+        dashboard::page, dashboard::login, dashboard::logout, dashboard::data,
         cdn::object, cdn::play, cdn::play_build,
         teams::create_team, teams::create_token,
         ops::healthz, ops::readyz, ops::metrics,
@@ -27,6 +27,7 @@ use crate::routes::{
         teams::NewTeam, teams::TeamView, teams::TokenView,
         releases::ReleaseRequest, releases::ReleaseView, releases::PendingRelease,
         library::LibraryView, library::LibraryEntryView, telemetry::TelemetryAccepted,
+        dashboard::LoginRequest, dashboard::LoginResponse,
         crate::error::ErrorBody, crate::error::ErrorDetail,
     )),
     modifiers(&Security)
