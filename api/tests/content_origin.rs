@@ -210,3 +210,277 @@ async fn if_none_match_star_only_matches_an_existing_object() {
 fn content_base(kiln: &Kiln) -> String {
     kiln.content_url().to_string()
 }
+
+/// The API origin serves no team content: `/play`, `/cdn` and `/sdk` answer `308` to the same
+/// path on the content origin; the content origin has no token-taking route. The API's own
+/// pages cannot be framed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_api_origin_serves_no_team_content() {
+    let kiln = Kiln::start(Deployment::Embedded).await;
+    let (_, token) = kiln.team("split").await;
+    kiln.publish(
+        &token,
+        "split-game",
+        "1.0.0",
+        zip_with(&[(
+            "index.html",
+            b"<!doctype html><title>split</title>".as_slice(),
+        )]),
+    )
+    .await;
+    assert_ne!(kiln.url, kiln.content_url());
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for path in [
+        "/play/split-game/",
+        "/play/split-game/index.html?x=1",
+        "/cdn/files/00/x.js",
+        "/sdk/kiln-loader.js",
+    ] {
+        let response = no_redirects
+            .get(format!("{}{path}", kiln.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 308, "{path}");
+        assert_eq!(
+            response.headers()["location"],
+            format!("{}{path}", kiln.content_url()).as_str(),
+            "{path}"
+        );
+        assert!(response.headers().get("content-type").is_none_or(|t| !t
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")));
+    }
+    // Following the redirect, the page comes from the content origin, with its policy.
+    let page = kiln
+        .http
+        .get(format!("{}/play/split-game/", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.url().as_str().starts_with(kiln.content_url()));
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains(&format!("base-uri {}", kiln.content_url())),
+        "{csp}"
+    );
+    assert!(csp.contains("frame-ancestors 'self'"), "{csp}");
+    assert!(csp.contains("object-src 'none'"), "{csp}");
+    assert!(csp.contains("connect-src 'self' data: blob:"), "{csp}");
+    // What games need at run time is on the content origin too; nothing that takes a token.
+    for path in ["/v1/games/split-game/manifest", "/v1/keys"] {
+        let response = kiln
+            .http
+            .get(format!("{}{path}", kiln.content_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    }
+    let beacon = kiln
+        .http
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/v1/telemetry", kiln.content_url()),
+        )
+        .header("origin", "https://games.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(beacon.status().is_success(), "{}", beacon.status());
+    for path in ["/dashboard", "/v1/dashboard/data", "/v1/builds/x", "/metrics"] {
+        let response = kiln
+            .http
+            .get(format!("{}{path}", kiln.content_url()))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{path} on the content origin");
+    }
+    let teams = kiln
+        .http
+        .post(format!("{}/v1/teams", kiln.content_url()))
+        .bearer_auth(ADMIN)
+        .json(&json!({"name": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(teams.status(), 404);
+    // The API's pages: never framed.
+    for path in ["/dashboard", "/v1/openapi.json"] {
+        let response = kiln
+            .http
+            .get(format!("{}{path}", kiln.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["x-frame-options"], "DENY", "{path}");
+        let csp = response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+    }
+    kiln.stop().await;
+}
+
+/// A build extends its pages' policy in `kiln.toml` `[csp]`; an extension that names the API
+/// origin fails the build with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_build_extends_its_policy_but_never_toward_the_api() {
+    let kiln = Kiln::start(Deployment::Embedded).await;
+    let (_, token) = kiln.team("csp").await;
+    let page = b"<!doctype html><title>csp</title>".as_slice();
+    kiln.publish(
+        &token,
+        "csp-game",
+        "1.0.0",
+        zip_with(&[
+            ("index.html", page),
+            (
+                "kiln.toml",
+                b"[csp]\nconnect-src = [\"https://api.studio.example\"]\nframe-ancestors = [\"https://portal.example\"]\n"
+                    .as_slice(),
+            ),
+        ]),
+    )
+    .await;
+    let response = kiln
+        .http
+        .get(format!("{}/play/csp-game/", kiln.content_url()))
+        .send()
+        .await
+        .unwrap();
+    let csp = response.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("connect-src 'self' data: blob: https://api.studio.example"),
+        "{csp}"
+    );
+    assert!(
+        csp.contains("frame-ancestors 'self' https://portal.example"),
+        "{csp}"
+    );
+    let (_, manifest) = kiln.get_json(&token, "/v1/games/csp-game/manifest").await;
+    assert_eq!(
+        manifest["csp"]["connect-src"],
+        json!(["https://api.studio.example"])
+    );
+
+    let toml = format!("[csp]\nconnect-src = [\"{}\"]\n", kiln.url);
+    let (code, accepted) = kiln
+        .upload(
+            &token,
+            "csp-bad",
+            "1.0.0",
+            "application/zip",
+            zip_with(&[("index.html", page), ("kiln.toml", toml.as_bytes())]),
+        )
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let status = kiln
+        .wait_for_build(&token, accepted["build_id"].as_str().unwrap())
+        .await;
+    assert_eq!(status["status"], "failed", "{status}");
+    assert!(
+        status.to_string().contains("build pages may not reach the API origin"),
+        "{status}"
+    );
+    kiln.stop().await;
+}
+
+/// The dashboard's login: a token buys an HttpOnly, SameSite=Strict session cookie (stored
+/// hashed, with an expiry) that `/v1/dashboard/data` accepts from the API's own origin only;
+/// another origin's request with it is refused; logout ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dashboard_sessions_are_cookies_for_this_origin_only() {
+    let kiln = Kiln::start(Deployment::Embedded).await;
+    let (_, token) = kiln.team("session").await;
+    let login = |token: String, origin: Option<String>| {
+        let http = kiln.http.clone();
+        let url = format!("{}/dashboard/session", kiln.url);
+        async move {
+            let mut request = http.post(url).json(&json!({ "token": token }));
+            if let Some(origin) = origin {
+                request = request.header("origin", origin);
+            }
+            request.send().await.unwrap()
+        }
+    };
+    assert_eq!(login("nope".into(), None).await.status(), 401);
+    assert_eq!(
+        login(token.clone(), Some(kiln.content_url().to_string()))
+            .await
+            .status(),
+        403,
+        "a login from the content origin"
+    );
+    let response = login(token.clone(), Some(kiln.url.clone())).await;
+    assert_eq!(response.status(), 200);
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http: {cookie}");
+    let session = cookie.split(';').next().unwrap().to_string();
+    let id = session.split_once('=').unwrap().1;
+    assert!(!id.contains(&token));
+    let data = |origin: Option<&str>, site: Option<&str>| {
+        let mut request = kiln
+            .http
+            .get(format!("{}/v1/dashboard/data", kiln.url))
+            .header("cookie", &session);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        if let Some(site) = site {
+            request = request.header("sec-fetch-site", site);
+        }
+        request.send()
+    };
+    assert_eq!(data(None, Some("same-origin")).await.unwrap().status(), 200);
+    assert_eq!(data(None, None).await.unwrap().status(), 200);
+    assert_eq!(
+        data(Some(kiln.content_url()), Some("same-site"))
+            .await
+            .unwrap()
+            .status(),
+        403,
+        "the content origin shares the API's site: SameSite alone would let it through"
+    );
+    assert_eq!(
+        data(None, Some("same-site")).await.unwrap().status(),
+        403
+    );
+    // Stored hashed.
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    assert!(
+        db.dashboard_session(&kiln_api::auth::token_hash(id))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(db.dashboard_session(id).await.unwrap().is_none());
+    // Logout.
+    let out = kiln
+        .http
+        .delete(format!("{}/dashboard/session", kiln.url))
+        .header("cookie", &session)
+        .header("origin", &kiln.url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 204);
+    assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    assert_eq!(data(None, None).await.unwrap().status(), 401);
+    kiln.stop().await;
+}
