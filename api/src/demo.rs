@@ -304,7 +304,9 @@ pub async fn run(base: &str, content: &str, admin_token: &str, dir: &Path) -> an
     }
     // What a player downloads: measured from the requests the page really makes.
     print_measured_download(&format!("{content}/play/{game}/")).await;
-    println!("\nplay it:        {content}/play/{game}/   (the content origin, apart from the API's)");
+    println!(
+        "\nplay it:        {content}/play/{game}/   (the content origin, apart from the API's)"
+    );
     println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");
     println!("metrics:        {base}/metrics     API: {base}/v1/openapi.json");
     println!(

@@ -185,6 +185,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            csp: Default::default(),
         })
     }
 

@@ -102,7 +102,11 @@ async fn a_team_game_cannot_take_the_dashboard_token() {
         },
     ]))
     .await;
-    assert_eq!(lines[0]["result"], "ready", "the admin's dashboard: {}", lines[0]);
+    assert_eq!(
+        lines[0]["result"], "ready",
+        "the admin's dashboard: {}",
+        lines[0]
+    );
     let stolen = &lines[1]["result"];
     println!("what the game's script got: {stolen}");
     assert_eq!(lines[1]["started"], true, "{}", lines[1]);
@@ -250,10 +254,12 @@ async fn the_api_origin_serves_no_team_content() {
             format!("{}{path}", kiln.content_url()).as_str(),
             "{path}"
         );
-        assert!(response.headers().get("content-type").is_none_or(|t| !t
-            .to_str()
-            .unwrap()
-            .starts_with("text/html")));
+        assert!(
+            response
+                .headers()
+                .get("content-type")
+                .is_none_or(|t| !t.to_str().unwrap().starts_with("text/html"))
+        );
     }
     // Following the redirect, the page comes from the content origin, with its policy.
     let page = kiln
@@ -295,7 +301,12 @@ async fn the_api_origin_serves_no_team_content() {
         .await
         .unwrap();
     assert!(beacon.status().is_success(), "{}", beacon.status());
-    for path in ["/dashboard", "/v1/dashboard/data", "/v1/builds/x", "/metrics"] {
+    for path in [
+        "/dashboard",
+        "/v1/dashboard/data",
+        "/v1/builds/x",
+        "/metrics",
+    ] {
         let response = kiln
             .http
             .get(format!("{}{path}", kiln.content_url()))
@@ -392,7 +403,9 @@ async fn a_build_extends_its_policy_but_never_toward_the_api() {
         .await;
     assert_eq!(status["status"], "failed", "{status}");
     assert!(
-        status.to_string().contains("build pages may not reach the API origin"),
+        status
+            .to_string()
+            .contains("build pages may not reach the API origin"),
         "{status}"
     );
     kiln.stop().await;
@@ -426,7 +439,10 @@ async fn dashboard_sessions_are_cookies_for_this_origin_only() {
     );
     let response = login(token.clone(), Some(kiln.url.clone())).await;
     assert_eq!(response.status(), 200);
-    let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_string();
     for flag in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
         assert!(cookie.contains(flag), "{cookie}");
     }
@@ -457,10 +473,7 @@ async fn dashboard_sessions_are_cookies_for_this_origin_only() {
         403,
         "the content origin shares the API's site: SameSite alone would let it through"
     );
-    assert_eq!(
-        data(None, Some("same-site")).await.unwrap().status(),
-        403
-    );
+    assert_eq!(data(None, Some("same-site")).await.unwrap().status(), 403);
     // Stored hashed.
     let db = &kiln.running.as_ref().unwrap().state.db;
     assert!(
@@ -480,7 +493,12 @@ async fn dashboard_sessions_are_cookies_for_this_origin_only() {
         .await
         .unwrap();
     assert_eq!(out.status(), 204);
-    assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    assert!(
+        out.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
     assert_eq!(data(None, None).await.unwrap().status(), 401);
     kiln.stop().await;
 }

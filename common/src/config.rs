@@ -606,7 +606,11 @@ impl Config {
     pub fn origin_of(url: &str) -> String {
         let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
         let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-        format!("{}://{}", scheme.to_ascii_lowercase(), host.to_ascii_lowercase())
+        format!(
+            "{}://{}",
+            scheme.to_ascii_lowercase(),
+            host.to_ascii_lowercase()
+        )
     }
 
     pub fn work_dir(&self) -> PathBuf {

@@ -36,7 +36,12 @@ pub const EXTENSIBLE: &[&str] = &[
 ];
 
 /// Keyword sources a team may add (quoted as CSP writes them).
-const KEYWORDS: &[&str] = &["'self'", "'unsafe-inline'", "'unsafe-eval'", "'wasm-unsafe-eval'"];
+const KEYWORDS: &[&str] = &[
+    "'self'",
+    "'unsafe-inline'",
+    "'unsafe-eval'",
+    "'wasm-unsafe-eval'",
+];
 
 /// The most sources one directive may list, and the longest source.
 const MAX_SOURCES: usize = 32;
@@ -95,7 +100,9 @@ fn check_source(directive: &str, source: &str, api_origin: &str) -> Result<(), S
         return if KEYWORDS.contains(&source) && directive != "frame-ancestors" {
             Ok(())
         } else {
-            refuse("not an allowed keyword ('self', 'unsafe-inline', 'unsafe-eval', 'wasm-unsafe-eval')")
+            refuse(
+                "not an allowed keyword ('self', 'unsafe-inline', 'unsafe-eval', 'wasm-unsafe-eval')",
+            )
         };
     }
     if matches!(source, "data:" | "blob:") {
@@ -207,7 +214,10 @@ mod tests {
             p.contains("connect-src 'self' data: blob: https://api.studio.example wss://rt.studio.example:8443"),
             "{p}"
         );
-        assert!(p.contains("frame-ancestors 'self' https://portal.example"), "{p}");
+        assert!(
+            p.contains("frame-ancestors 'self' https://portal.example"),
+            "{p}"
+        );
         assert!(p.contains("base-uri https://games.example"), "{p}");
         assert!(p.contains("object-src 'none'"), "{p}");
     }
@@ -231,19 +241,30 @@ mod tests {
     #[test]
     fn bad_extensions_get_clear_errors() {
         for (text, needle) in [
-            ("[csp]\nbase-uri = [\"https://x.example\"]\n", "not a directive"),
+            (
+                "[csp]\nbase-uri = [\"https://x.example\"]\n",
+                "not a directive",
+            ),
             ("[csp]\nscript-src = [\"'unsafe-hashes'\"]\n", "keyword"),
-            ("[csp]\nscript-src = [\"https://x.example; script-src *\"]\n", "host source"),
+            (
+                "[csp]\nscript-src = [\"https://x.example; script-src *\"]\n",
+                "host source",
+            ),
             ("[csp]\nscript-src = [\"x.example\"]\n", "scheme"),
             ("[csp]\nscript-src = \"https://x.example\"\n", "kiln.toml"),
-            ("[csp]\nframe-ancestors = [\"'unsafe-inline'\"]\n", "keyword"),
+            (
+                "[csp]\nframe-ancestors = [\"'unsafe-inline'\"]\n",
+                "keyword",
+            ),
         ] {
             let err = from_build_config(Some(text), API).unwrap_err();
             assert!(err.contains(needle), "{text}: {err}");
         }
         assert!(from_build_config(None, API).unwrap().is_empty());
-        assert!(from_build_config(Some("[models]\nserve = \"quantized\"\n"), API)
-            .unwrap()
-            .is_empty());
+        assert!(
+            from_build_config(Some("[models]\nserve = \"quantized\"\n"), API)
+                .unwrap()
+                .is_empty()
+        );
     }
 }
