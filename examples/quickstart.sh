@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: build Kiln, start it on its embedded defaults (SQLite + a local object
 # directory under ./kiln-data, one in-process worker), upload the sample game through the
-# public API, print its status, signed manifest and CDN URLs and what the page downloads in
+# public API, print its status, signed manifest and CDN URLs (on the content origin,
+# 127.0.0.1:8081, apart from the API on :8080) and what the page downloads in
 # headless Chromium (where Debian's chromium is installed), then keep serving.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,16 +1,18 @@
-// Kiln dashboard, served at /dashboard: reads GET /v1/dashboard/data with a bearer token and
-// renders four views (pre-warm, decode, library, pipeline). No dependencies besides charts.js.
+// Kiln dashboard, served at /dashboard: reads GET /v1/dashboard/data with its login session
+// and renders four views (pre-warm, decode, library, pipeline). No dependencies besides charts.js.
 //
-// Token: from the URL fragment (#token=...&game=...&range=...), else localStorage, else a form.
-// The token is stored in localStorage and removed from the visible URL at once.
+// Login: a token from the URL fragment (#token=...&game=...&range=...) or the form is traded
+// once for a session (POST /dashboard/session sets an HttpOnly cookie) and then forgotten:
+// the page keeps no token anywhere a script could read it (no localStorage), and removes it
+// from the visible URL at once. "Change token" logs out (DELETE /dashboard/session).
 // Test hooks: body[data-state] is "loading", "ready", "error" or "token" (waiting for one);
 // #dashboard-error holds the error text; every chart is .chart[data-chart], every table
 // table[data-table], every view [data-view].
 (() => {
   'use strict';
   const C = window.KilnCharts;
-  const TOKEN_KEY = 'kiln:dashboard-token';
   const DATA_URL = '/v1/dashboard/data';
+  const SESSION_URL = '/dashboard/session';
   const RANGES = { '1h': 1, '6h': 6, '24h': 24, '7d': 168, '30d': 720 };
   const DEFAULT_RANGE = '24h';
   const HOUR = 3600e3;
@@ -29,7 +31,7 @@
   const EXTRA_COLORS = ['#e15759', '#b07aa1', '#9c755f', '#edc948', '#ff9da7', '#59a14f'];
   const EXTRA_DASH = ['2 3', '8 3 2 3', '5 2'];
 
-  const state = { token: null, game: '', range: DEFAULT_RANGE, seq: 0, abort: null, data: null, window: null, decodeVariant: null };
+  const state = { login: null, game: '', range: DEFAULT_RANGE, seq: 0, abort: null, data: null, window: null, decodeVariant: null };
 
   // ---- small helpers ------------------------------------------------------------------
   const $ = (sel) => document.querySelector(sel);
@@ -107,19 +109,33 @@
   const ratio = (a, b) => (isNum(a) && isNum(b) && b > 0 ? a / b : null);
 
   // ---- token, filters, URL fragment ----------------------------------------------------
-  const storage = {
-    get() { try { return localStorage.getItem(TOKEN_KEY); } catch { return null; } },
-    set(v) { try { localStorage.setItem(TOKEN_KEY, v); } catch { /* private mode: keep it in memory */ } },
-    clear() { try { localStorage.removeItem(TOKEN_KEY); } catch { /* nothing stored */ } },
-  };
+  // Trades a token for a session cookie; the token is not kept. Resolves to an error text
+  // or null.
+  async function login(token) {
+    try {
+      const res = await fetch(SESSION_URL, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify({ token }),
+        credentials: 'same-origin',
+        cache: 'no-store',
+      });
+      if (res.ok) return null;
+      let detail = '';
+      try { const b = await res.json(); detail = b.message || b.error || ''; } catch { /* no body */ }
+      return `Token refused (${res.status})${detail ? `: ${detail}` : ''}`;
+    } catch (e) {
+      return `Network error: could not reach Kiln at ${location.origin} (${e && e.message ? e.message : e}).`;
+    }
+  }
+  async function logout() {
+    try { await fetch(SESSION_URL, { method: 'DELETE', credentials: 'same-origin', cache: 'no-store' }); } catch { /* gone anyway */ }
+  }
 
   function applyFragment() {
     const p = new URLSearchParams(location.hash.replace(/^#/, ''));
     const token = (p.get('token') || '').trim();
-    if (token) {
-      state.token = token;
-      storage.set(token);
-    }
+    if (token) state.login = login(token);
     state.game = p.get('game') || '';
     state.range = RANGES[p.get('range')] ? p.get('range') : DEFAULT_RANGE;
   }
@@ -168,8 +184,17 @@
 
   // ---- fetch ----------------------------------------------------------------------------
   async function load() {
-    if (!state.token) return askToken();
     const seq = ++state.seq;
+    if (state.login) {
+      const pending = state.login;
+      const refused = await pending;
+      if (state.login === pending) state.login = null;
+      if (seq !== state.seq) return undefined;
+      if (refused) {
+        askToken();
+        return fail(refused);
+      }
+    }
     if (state.abort) state.abort.abort();
     const ctrl = new AbortController();
     state.abort = ctrl;
@@ -182,7 +207,8 @@
     let text;
     try {
       res = await fetch(`${DATA_URL}?${query}`, {
-        headers: { Authorization: `Bearer ${state.token}`, Accept: 'application/json' },
+        headers: { Accept: 'application/json' },
+        credentials: 'same-origin',
         cache: 'no-store',
         signal: ctrl.signal,
       });
@@ -197,9 +223,9 @@
     if (!res.ok) {
       const detail = (body && (body.message || body.error)) || text.trim().slice(0, 300) || res.statusText || 'no details';
       if (res.status === 401) {
-        storage.clear();
-        state.token = null;
         askToken();
+        // Not logged in (yet, or the session expired): the form asks, no error to show.
+        if (!state.data && !document.getElementById('dashboard-error').textContent) return undefined;
         return fail(`Token refused (401): ${detail}`);
       }
       if (res.status === 403) return fail(`Not allowed (403): ${detail}`);
@@ -569,20 +595,19 @@
   // ---- wiring ---------------------------------------------------------------------------
   function start() {
     applyFragment();
-    if (!state.token) state.token = storage.get();
     writeFragment();
     syncControls();
 
     $('#filter-game').addEventListener('change', (e) => { state.game = e.target.value; writeFragment(); load(); });
     $('#filter-range').addEventListener('change', (e) => { state.range = e.target.value; writeFragment(); load(); });
     $('#refresh').addEventListener('click', () => load());
-    $('#change-token').addEventListener('click', () => { storage.clear(); state.token = null; clearError(); askToken(); });
+    $('#change-token').addEventListener('click', async () => { await logout(); clearError(); askToken(); });
     $('#token-form').addEventListener('submit', (e) => {
       e.preventDefault();
       const token = $('#token-input').value.trim();
       if (!token) return;
-      state.token = token;
-      storage.set(token);
+      $('#token-input').value = '';
+      state.login = login(token);
       clearError();
       load();
     });

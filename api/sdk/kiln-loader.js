@@ -453,11 +453,10 @@
       throw fail('unknown_key', 'no trusted key ' + kid);
     });
   }
-  // A manifest's bytes and signature, checked: trusted key (pinned, or listed by the trust
-  // document a pinned root signed), signature, schema, game, expiry, sequence (never older than
-  // one this device saw). Kept for the next visit when `learn`.
-  function check(bytes, sigHeader, classHeader, opts, learn, url) {
-    var keys = opts.keys || S.keys || [], s = subtle(), got = { bytes: bytes }, sig;
+  // Resolves when `bytes` carry a valid signature (`sigHeader`) by one of `keys`, or by a key the
+  // trust document beside `url` (a manifest URL) lists, verified by one of `keys` as a root.
+  function verifySig(bytes, sigHeader, keys, url) {
+    var s = subtle(), sig;
     if (!s) return Promise.reject(fail('unsupported', 'no crypto.subtle'));
     return Promise.resolve().then(function () {
       sig = parseSig(sigHeader);
@@ -466,12 +465,31 @@
       if (!jwk && !(url && G.TextEncoder)) throw fail('unknown_key', 'no trusted key ' + sig.kid);
       return jwk || trusted(s, url, sig.kid, keys);
     }).then(function (jwk) {
-      return edVerify(s, jwk, sig.sig, got.bytes).catch(function (e) {
+      return edVerify(s, jwk, sig.sig, bytes).catch(function (e) {
         throw fail(e && e.name === 'NotSupportedError' ? 'unsupported' : 'unknown_key', 'key ' + sig.kid + ': ' + (e && e.message));
       });
     }).then(function (ok) {
       if (!ok) throw fail('bad_signature', 'signature does not verify');
-      var m;
+    });
+  }
+  // The highest sequence this device has seen for `game`. Every game on the content origin
+  // shares its localStorage, so the record is the signed manifest itself, verified here: a
+  // record another page wrote (a bare number, a forged or unsigned body, another game's
+  // manifest) proves nothing and counts as 0.
+  function seenSequence(game, keys, url) {
+    var w = stored(SEQ + game);
+    if (!w || typeof w.body !== 'string' || typeof w.sig !== 'string' || !G.TextEncoder) return Promise.resolve(0);
+    return verifySig(new G.TextEncoder().encode(w.body), w.sig, keys, url).then(function () {
+      var m = JSON.parse(w.body);
+      return m && m.game === game && m.sequence >= 0 && Math.floor(m.sequence) === m.sequence ? m.sequence : 0;
+    }).catch(function () { return 0; });
+  }
+  // A manifest's bytes and signature, checked: trusted key (pinned, or listed by the trust
+  // document a pinned root signed), signature, schema, game, expiry, sequence (never older than
+  // one this device saw). Kept for the next visit when `learn`.
+  function check(bytes, sigHeader, classHeader, opts, learn, url) {
+    var keys = opts.keys || S.keys || [], got = { bytes: bytes }, m;
+    return verifySig(bytes, sigHeader, keys, url).then(function () {
       try { m = JSON.parse(utf8(got.bytes)); } catch (e) { throw fail('malformed', 'not JSON'); }
       if (!m || m.schema !== 1 || typeof m.game !== 'string' || !(m.sequence >= 0) || Math.floor(m.sequence) !== m.sequence ||
           isNaN(Date.parse(m.expires)) || (m.engines != null && !Array.isArray(m.engines)) ||
@@ -479,9 +497,10 @@
         throw fail('malformed', 'not a schema 1 manifest' + (opts.game ? ' of ' + opts.game : ''));
       }
       if (Date.parse(m.expires) <= Date.now()) throw fail('expired', 'expired at ' + m.expires);
-      var seen = Number(stored(SEQ + m.game)) || 0;
+      return seenSequence(m.game, keys, url);
+    }).then(function (seen) {
       if (m.sequence < seen) throw fail('rollback', 'sequence ' + m.sequence + ' is older than ' + seen);
-      save(SEQ + m.game, m.sequence);
+      if (m.sequence > seen) save(SEQ + m.game, { body: utf8(got.bytes), sig: sigHeader });
       // The class the server used (signed body first, then its header); 'unknown' teaches nothing.
       var c = cls(m.device_class) || cls(classHeader);
       if (learn && c && c !== 'unknown' && !S.deviceClass) { srvClass = c; item(KCLASS, c); dev = null; }

@@ -117,8 +117,9 @@ async fn print_measured_download(url: &str) {
     );
 }
 
-/// Runs the demo against the server at `base`, authorised by `admin_token`.
-pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()> {
+/// Runs the demo against the server at `base` (the API origin) whose games are served from
+/// `content` (the content origin), authorised by `admin_token`.
+pub async fn run(base: &str, content: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()> {
     if !dir.join("vendor").exists() {
         bail!(
             "{} has no vendor/ folder: run `npm install` there first (it copies three.js from npm)",
@@ -242,8 +243,8 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
         .await?
         .json()
         .await?;
-    println!("\npublished. signed manifest: {base}/v1/games/{game}/manifest");
-    println!("  Kiln-Signature: {signature}   (public keys: {base}/v1/keys)");
+    println!("\npublished. signed manifest: {content}/v1/games/{game}/manifest");
+    println!("  Kiln-Signature: {signature}   (public keys: {content}/v1/keys)");
     println!(
         "\n  {:<44} {:>10} {:>10} {:>10}  CDN URL",
         "file", "bytes", "br", "gzip"
@@ -302,15 +303,17 @@ pub async fn run(base: &str, admin_token: &str, dir: &Path) -> anyhow::Result<()
         );
     }
     // What a player downloads: measured from the requests the page really makes.
-    print_measured_download(&format!("{base}/play/{game}/")).await;
-    println!("\nplay it:        {base}/play/{game}/");
+    print_measured_download(&format!("{content}/play/{game}/")).await;
+    println!(
+        "\nplay it:        {content}/play/{game}/   (the content origin, apart from the API's)"
+    );
     println!("build status:   curl -H 'Authorization: Bearer {token}' {status_url}");
     println!("metrics:        {base}/metrics     API: {base}/v1/openapi.json");
     println!(
         "dashboard:      {base}/dashboard#token={token}   (pre-warm, decode, library, pipeline)"
     );
     println!(
-        "per device:     {base}/v1/games/{game}/manifest?device=android-low   (variant chosen for low-end Android)"
+        "per device:     {content}/v1/games/{game}/manifest?device=android-low   (variant chosen for low-end Android)"
     );
     println!("================================================================\n");
     Ok(())

@@ -80,7 +80,48 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard/dashboard.css", get(dashboard::css))
         .route("/dashboard/charts.js", get(dashboard::charts))
         .route("/dashboard/dashboard.js", get(dashboard::script))
+        .route(
+            "/dashboard/session",
+            post(dashboard::login).delete(dashboard::logout),
+        )
         .route("/v1/dashboard/data", get(dashboard::data))
+        // Team content lives on the content origin only ([`content_router`]); old links and
+        // pages that name this origin are sent there.
+        .route("/play/{*rest}", get(cdn::to_content_origin))
+        .route("/cdn/{*rest}", get(cdn::to_content_origin))
+        .route("/sdk/{*rest}", get(cdn::to_content_origin))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            request_timeout,
+        ));
+    long.merge(short)
+        // No route (404), a method the route does not take (405), a timeout (408): JSON too.
+        .layer(middleware::from_fn(error::json_errors))
+        .layer(middleware::map_response(api_origin_headers))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            record_request,
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// The content origin (`KILN_CONTENT_URL`): game files and what games need from Kiln at run
+/// time (manifests, keys, telemetry), nothing that takes a token. A team's pages run here,
+/// apart from the dashboard and the API, so they can read neither's storage.
+pub fn content_router(state: AppState) -> Router {
+    use routes::{cdn, library, publishing, telemetry};
+    let request_timeout = Duration::from_secs(state.config.upload.request_timeout_secs);
+    Router::new()
+        .route("/v1/games/{game}/manifest", get(publishing::manifest))
+        .route("/v1/keys", get(publishing::keys))
+        // The loader fetches the trust document beside the manifest it met an unknown key in.
+        .route("/v1/keys/trust", get(publishing::trust))
+        .route(
+            "/v1/telemetry",
+            post(telemetry::ingest).options(telemetry::preflight),
+        )
+        .route("/healthz", get(routes::ops::healthz))
         // What games load: other origins may read its Resource Timing (transfer sizes).
         .merge(
             Router::new()
@@ -93,12 +134,16 @@ pub fn router(state: AppState) -> Router {
                 .route("/play/{game}/@{build_id}/{*path}", get(cdn::play_build))
                 .layer(middleware::map_response(timing_allow_origin)),
         )
+        .fallback(cdn::content_not_found)
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             request_timeout,
-        ));
-    long.merge(short)
-        // No route (404), a method the route does not take (405), a timeout (408): JSON too.
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            cdn::content_security_policy,
+        ))
+        // Bodyless errors (404, 405, 408) in the one JSON shape, as on the API origin.
         .layer(middleware::from_fn(error::json_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -106,6 +151,22 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Nothing of the API origin may be framed by another page (clickjacking the dashboard).
+async fn api_origin_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-frame-options",
+        axum::http::HeaderValue::from_static("DENY"),
+    );
+    if !headers.contains_key(axum::http::header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            axum::http::header::CONTENT_SECURITY_POLICY,
+            axum::http::HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+        );
+    }
+    response
 }
 
 /// `Timing-Allow-Origin: *` on every response (errors and `304`s too), so a page on another
@@ -137,9 +198,11 @@ async fn record_request(State(_): State<AppState>, request: Request, next: Next)
     response
 }
 
-/// A started API: its address, and how to stop it.
+/// A started API: its addresses, and how to stop it.
 pub struct Running {
     pub addr: SocketAddr,
+    /// The content origin's listener.
+    pub content_addr: SocketAddr,
     pub state: AppState,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -148,6 +211,11 @@ pub struct Running {
 impl Running {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The content origin's base URL (`KILN_CONTENT_URL`, or the bound listener's).
+    pub fn content_url(&self) -> String {
+        self.state.config.content_url()
     }
 
     /// Stops accepting requests and lets in-process workers finish their jobs.
@@ -170,6 +238,23 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
     if config.public_url.is_empty() {
         config.public_url = format!("http://{addr}");
+    }
+    let content_listener = tokio::net::TcpListener::bind(&config.content_bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("content origin {}: {e}", config.content_bind))?;
+    let content_addr = content_listener.local_addr()?;
+    if config.content_url.is_empty() {
+        config.content_url = format!("http://{content_addr}");
+    }
+    if kiln_common::config::Config::origin_of(&config.content_url)
+        == kiln_common::config::Config::origin_of(&config.public_url)
+    {
+        anyhow::bail!(
+            "KILN_CONTENT_URL ({}) must be another origin than the API's ({}): team pages \
+             would run beside the dashboard",
+            config.content_url,
+            config.public_url
+        );
     }
     let db = Db::connect(&config.database_url(), 16).await?;
     let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
@@ -208,9 +293,39 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         }));
     }
 
-    let app = router(state.clone());
-    let mut server_stop = stopped;
-    tasks.push(tokio::spawn(async move {
+    for (listener, app) in [
+        (listener, router(state.clone())),
+        (content_listener, content_router(state.clone())),
+    ] {
+        tasks.push(serve(listener, app, stopped.clone()));
+    }
+    // After the servers: they flush the beacons they answered while stopping.
+    tasks.push(ingest_task);
+    tracing::info!(
+        %addr,
+        %content_addr,
+        content_url = %config.content_url,
+        storage = ?state.storage,
+        embedded_database = config.is_embedded_database(),
+        in_process_workers = workers,
+        "kiln-api listening"
+    );
+    Ok(Running {
+        addr,
+        content_addr,
+        state,
+        stop,
+        tasks,
+    })
+}
+
+/// Serves `app` on `listener` until `stopped` turns true.
+fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut server_stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let shutdown = async move {
             let _ = server_stop.wait_for(|s| *s).await;
         };
@@ -230,20 +345,5 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         {
             tracing::error!(error = %e, "server stopped");
         }
-    }));
-    // After the server: it flushes the beacons the server answered while stopping.
-    tasks.push(ingest_task);
-    tracing::info!(
-        %addr,
-        storage = ?state.storage,
-        embedded_database = config.is_embedded_database(),
-        in_process_workers = workers,
-        "kiln-api listening"
-    );
-    Ok(Running {
-        addr,
-        state,
-        stop,
-        tasks,
     })
 }

@@ -48,7 +48,8 @@ async fn serve(config: Config, demo: Option<PathBuf>) -> anyhow::Result<()> {
     let running = kiln_api::start(config).await?;
     if let Some(dir) = demo {
         let base = running.state.config.public_url();
-        if let Err(e) = kiln_api::demo::run(&base, &admin, &dir).await {
+        let content = running.content_url();
+        if let Err(e) = kiln_api::demo::run(&base, &content, &admin, &dir).await {
             eprintln!("kiln-api: demo failed: {e:#}");
         }
         println!("serving on {base} — Ctrl-C to stop");

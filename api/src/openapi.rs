@@ -29,7 +29,8 @@ pub const GAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
         releases::create, releases::list,
         library::loader, library::loader_file, library::list, library::delete,
         telemetry::ingest, telemetry::preflight,
-        dashboard::page, dashboard::css, dashboard::charts, dashboard::script, dashboard::data,
+        dashboard::page, dashboard::css, dashboard::charts, dashboard::script,
+        dashboard::login, dashboard::logout, dashboard::data,
         cdn::object, cdn::play_root, cdn::play, cdn::play_build_root, cdn::play_build,
         teams::create_team, teams::create_token,
         ops::healthz, ops::readyz, ops::metrics, ops::openapi,
@@ -39,6 +40,7 @@ pub const GAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
         teams::NewTeam, teams::TeamView, teams::TokenView,
         releases::ReleaseRequest, releases::ReleaseView, releases::PendingRelease,
         library::LibraryView, library::LibraryEntryView, telemetry::TelemetryAccepted,
+        dashboard::LoginRequest, dashboard::LoginResponse,
         crate::error::ErrorBody, crate::error::ErrorDetail,
     )),
     modifiers(&Security, &Constraints)

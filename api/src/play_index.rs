@@ -32,6 +32,8 @@ pub struct PlayFile {
 pub struct BuildIndex {
     pub build_id: String,
     files: HashMap<String, PlayFile>,
+    /// The build's `[csp]` extension, added to the policy its files are served with.
+    pub csp: kiln_common::csp::Extension,
 }
 
 impl BuildIndex {
@@ -54,6 +56,7 @@ impl BuildIndex {
         Self {
             build_id: manifest.build_id.clone(),
             files,
+            csp: manifest.csp.clone(),
         }
     }
 
@@ -182,6 +185,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            csp: Default::default(),
         })
     }
 

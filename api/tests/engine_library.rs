@@ -140,14 +140,16 @@ async fn engine_library_in_a_real_browser() {
         builds.push((game, kiln.publish(&token, game, "1.0.0", package).await));
     }
     let url = kiln.url.clone();
+    // Where players' browsers load games from.
+    let content = kiln.content.clone();
     let sample_started = "window.kiln && kiln.events.some(e => e.type === 'preheat') \
         && document.getElementById('message').textContent === ''";
 
     // One device: cold, then the shared cache, then another version.
     let first = browse(json!([
-        {"open": format!("{url}/play/shared-a/"), "wait_for": sample_started},
-        {"open": format!("{url}/play/shared-b/"), "wait_for": sample_started},
-        {"open": format!("{url}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
+        {"open": format!("{content}/play/shared-a/"), "wait_for": sample_started},
+        {"open": format!("{content}/play/shared-b/"), "wait_for": sample_started},
+        {"open": format!("{content}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
     ]))
     .await;
     for line in &first {
@@ -221,17 +223,17 @@ async fn engine_library_in_a_real_browser() {
 
     let keys = kiln.jwks().await["keys"].clone();
     let foreign = ManifestSigner::from_seed([9; 32]).public_jwk();
-    let manifest_a = format!("{url}/v1/games/shared-a/manifest");
+    let manifest_a = format!("{content}/v1/games/shared-a/manifest");
     let preheat = |keys: &Value| {
         format!(
             "kiln.preheat({manifest_a:?}, {{keys: {keys}}}).then(r => kiln.engine('three').then(() => ({{sequence: r.sequence, engines: r.engines.map(e => e.name + ' ' + e.version)}})), e => ({{rejected: e.reason}}))"
         )
     };
-    let host = format!("{url}/play/host/");
+    let host = format!("{content}/play/host/");
     // A new device (fresh browser profile).
     let second = browse(json!([
-        {"open": format!("{url}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
-        {"open": format!("{url}/play/shared-b/"), "wait_for": sample_started},
+        {"open": format!("{content}/play/classic-150/"), "wait_for": "window.gameStarted === '150'"},
+        {"open": format!("{content}/play/shared-b/"), "wait_for": sample_started},
         {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys)},
         {"open": host, "wait_for": "window.kiln", "eval": preheat(&keys),
          "routes": [route(&manifest_a, &old_bytes, &header(old))]},
@@ -441,7 +443,7 @@ fn js_to_fixed_1(x: f64) -> String {
 /// per-class variant choices and `/dashboard` rendered in Chromium.
 async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str, page_decodes: i64) {
     let url = &kiln.url;
-    let manifest = format!("{url}/v1/games/shared-a/manifest");
+    let manifest = format!("{}/v1/games/shared-a/manifest", kiln.content);
     let real = sdk_cli(
         "decode-e2e.mjs",
         vec![

@@ -3,7 +3,7 @@
 // profile, no throttling), waits until the page sets data-state=ready and renders, and prints
 // every request the page made (path, status, bytes transferred, cache) and their total.
 //
-//   node bench/load/page-bytes.mjs http://127.0.0.1:8080/play/sample-game/ [--json] [--timeout-ms 120000]
+//   node bench/load/page-bytes.mjs http://127.0.0.1:8081/play/sample-game/ [--json] [--timeout-ms 120000]
 //
 // Exit 0 when the page got ready without errors, 1 when it did not, 2 on bad usage.
 import { parseArgs } from 'node:util';

@@ -402,7 +402,7 @@ async function main() {
 
     kiln = new Kiln({ bin: kilnBin, dir: join(scratch, 'kiln') });
     await kiln.start();
-    console.log(`kiln: ${kiln.base} (log ${kiln.logFile})`);
+    console.log(`kiln: ${kiln.base}, games on ${kiln.content} (log ${kiln.logFile})`);
     await kiln.team();
     const keys = await kiln.keys();
     const staged = stageBuilds(stage, o.builds, keys);
@@ -442,7 +442,7 @@ async function main() {
       if (server === 'raw') {
         return { game: `${nginx.base}/raw/${game}/`, twin: `${nginx.base}/raw/${twin}/`, host: `${nginx.base}/raw/${HOST}/?game=${game}&mode=raw` };
       }
-      return { game: `${kiln.base}/play/${game}/`, twin: `${kiln.base}/play/${twin}/`, host: `${kiln.base}/play/${HOST}/?game=${game}&mode=kiln` };
+      return { game: `${kiln.content}/play/${game}/`, twin: `${kiln.content}/play/${twin}/`, host: `${kiln.content}/play/${HOST}/?game=${game}&mode=kiln` };
     };
 
     browser = await launchChromium();

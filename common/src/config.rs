@@ -14,8 +14,15 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Address the API listens on.
     pub bind: String,
-    /// Base URL clients use to reach this API; written into manifests as the CDN URL prefix.
+    /// Base URL clients use to reach this API (uploads, tokens, the dashboard).
     pub public_url: String,
+    /// Address the content origin listens on: game files (`/play`, `/cdn`, the loader under
+    /// `/sdk`) and what games read at run time (manifests, keys, telemetry). Team content is
+    /// never served from the API's origin, where the dashboard and tokens live.
+    pub content_bind: String,
+    /// Base URL of the content origin; written into manifests (CDN URLs are
+    /// `{content_url}/cdn/…`) and rewritten pages. Empty: `http://{content_bind}`.
+    pub content_url: String,
     /// `sqlite://…` or `postgres://…`; empty means `sqlite://{data_dir}/kiln.db`.
     pub database_url: String,
     /// Token that may create teams and team tokens. Empty disables the admin routes.
@@ -42,6 +49,8 @@ pub struct Config {
     pub trust_ttl_secs: u64,
     /// Emit logs as JSON lines instead of human-readable text.
     pub log_json: bool,
+    /// How long a dashboard login (`POST /dashboard/session`) lasts, in seconds.
+    pub dashboard_session_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -108,6 +117,8 @@ impl Default for Config {
             data_dir: PathBuf::from("./kiln-data"),
             bind: "127.0.0.1:8080".into(),
             public_url: String::new(),
+            content_bind: "127.0.0.1:8081".into(),
+            content_url: String::new(),
             database_url: String::new(),
             admin_token: String::new(),
             storage: StorageConfig::default(),
@@ -123,6 +134,7 @@ impl Default for Config {
             root_key_file: String::new(),
             trust_ttl_secs: 180 * 24 * 3600,
             log_json: false,
+            dashboard_session_secs: 12 * 3600,
         }
     }
 }
@@ -459,12 +471,15 @@ impl Config {
             "KILN_DATA_DIR" => self.data_dir = PathBuf::from(value),
             "KILN_BIND" => self.bind = value.into(),
             "KILN_PUBLIC_URL" => self.public_url = value.trim_end_matches('/').into(),
+            "KILN_CONTENT_BIND" => self.content_bind = value.into(),
+            "KILN_CONTENT_URL" => self.content_url = value.trim_end_matches('/').into(),
             "KILN_DATABASE_URL" => self.database_url = value.into(),
             "KILN_ADMIN_TOKEN" => self.admin_token = value.into(),
             "KILN_SIGNING_KEY_FILE" => self.signing_key_file = value.into(),
             "KILN_ROOT_KEY_FILE" => self.root_key_file = value.into(),
             "KILN_TRUST_TTL_SECS" => self.trust_ttl_secs = num()?.max(60),
             "KILN_LOG_JSON" => self.log_json = flag()?,
+            "KILN_DASHBOARD_SESSION_SECS" => self.dashboard_session_secs = num()?.max(60),
             "KILN_STORAGE_DIR" => self.storage.local_dir = value.into(),
             "KILN_S3_BUCKET" => self.storage.s3_bucket = value.into(),
             "KILN_S3_ENDPOINT" => self.storage.s3_endpoint = value.into(),
@@ -589,6 +604,26 @@ impl Config {
         }
     }
 
+    /// The content origin's base URL (game files, manifests, the loader).
+    pub fn content_url(&self) -> String {
+        if self.content_url.is_empty() {
+            format!("http://{}", self.content_bind)
+        } else {
+            self.content_url.clone()
+        }
+    }
+
+    /// `scheme://host[:port]` of a base URL (what a browser compares origins by).
+    pub fn origin_of(url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        format!(
+            "{}://{}",
+            scheme.to_ascii_lowercase(),
+            host.to_ascii_lowercase()
+        )
+    }
+
     pub fn work_dir(&self) -> PathBuf {
         if self.worker.work_dir.is_empty() {
             self.data_dir.join("work")
@@ -638,6 +673,22 @@ mod tests {
         assert!(config.is_embedded_database());
         assert_eq!(config.in_process_workers(), 1);
         assert_eq!(config.public_url(), "http://127.0.0.1:8080");
+        assert_eq!(config.content_url(), "http://127.0.0.1:8081");
+    }
+
+    #[test]
+    fn content_origin_is_configurable() {
+        let config = Config::load_from(&vars(&[
+            ("KILN_CONTENT_BIND", "0.0.0.0:9001"),
+            ("KILN_CONTENT_URL", "https://games.example/"),
+        ]))
+        .unwrap();
+        assert_eq!(config.content_bind, "0.0.0.0:9001");
+        assert_eq!(config.content_url(), "https://games.example");
+        assert_eq!(
+            Config::origin_of("HTTPS://Games.Example:8443/play/x/"),
+            "https://games.example:8443"
+        );
     }
 
     #[test]

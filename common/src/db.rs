@@ -11,11 +11,13 @@ use crate::signing::Jwk;
 
 mod library;
 mod releases;
+mod sessions;
 mod telemetry;
 mod trust;
 
 pub use library::{LibraryFile, LibraryRow};
 pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
+pub use sessions::SessionOwner;
 pub use telemetry::{
     DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
 };

@@ -2,6 +2,7 @@
 //! manifest types, signing keys, the loader's bytes and paths, loader telemetry and metrics.
 
 pub mod config;
+pub mod csp;
 pub mod dashboard;
 pub mod db;
 pub mod devices;

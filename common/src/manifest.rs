@@ -49,6 +49,10 @@ pub struct Manifest {
     /// Models the pages load through `kiln.model`: warmed in the device's variant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warm_models: Vec<String>,
+    /// The build's `kiln.toml` `[csp]` extension (checked: nothing that reaches the API
+    /// origin), added to the policy its pages are served with (`kiln_common::csp`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub csp: crate::csp::Extension,
 }
 
 /// One engine file of the build, served from the shared library.

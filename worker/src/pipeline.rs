@@ -44,11 +44,13 @@ pub struct PipelineOptions {
     pub vat: VatSelection,
     /// URL prefix for published objects, e.g. `http://127.0.0.1:8080/cdn`.
     pub cdn_base: String,
-    /// The API's public URL: rewritten pages load the loader and the manifest from it.
+    /// The API's public URL. No rewritten page names it: team pages run on the content origin.
     pub api_base: String,
     /// The trust roots rewritten pages pin (the trust document's `roots`); empty (a local
     /// `kiln-worker process` with no database): the build's signing key itself.
     pub trust_roots: Vec<kiln_common::signing::Jwk>,
+    /// The content origin's URL: rewritten pages, the loader, manifests, keys and telemetry.
+    pub content_base: String,
     /// Pause before each stage. Only for crash-recovery tests and demos.
     pub stage_pause: Duration,
 }
@@ -183,7 +185,7 @@ pub fn prepare(
 
     let (tree, engines_report, inventory) =
         step(observer, &mut report, options, engines::NAME, |_| {
-            let api = options.api_base.trim_end_matches('/');
+            let api = options.content_base.trim_end_matches('/');
             let links = BootLinks {
                 loader: format!("{api}{}", kiln_common::loader::versioned_path()),
                 game: identity.game.clone(),
@@ -239,6 +241,8 @@ pub fn prepare(
         // Checked here, with the rest of the build's configuration, before any model work.
         geometry::served_variant(kiln_toml.as_deref())
             .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
+        kiln_common::csp::from_build_config(kiln_toml.as_deref(), &api_origin(options))
+            .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
         vat::run(&tree, &inventory, &selection)
             .map_err(|e| failed(e.to_string(), Some(&e.path), e.is_permanent()))
     })?;
@@ -292,15 +296,18 @@ pub fn prepare(
     report.record(encode::NAME, &encode_report);
 
     let (signed, sign_report) = step(observer, &mut report, options, sign::NAME, |_| {
-        let variant = build_config(&tree)
-            .and_then(|text| geometry::served_variant(text.as_deref()))
-            .map_err(|reason| PipelineError {
-                stage: sign::NAME,
-                file: Some(vat::BUILD_CONFIG.to_string()),
-                permanent: true,
-                reason,
-            })?;
-        let serving = serving(&engines_report, variant, &page_base(options, identity));
+        let failed = |reason| PipelineError {
+            stage: sign::NAME,
+            file: Some(vat::BUILD_CONFIG.to_string()),
+            permanent: true,
+            reason,
+        };
+        let kiln_toml = build_config(&tree).map_err(failed)?;
+        let variant = geometry::served_variant(kiln_toml.as_deref()).map_err(failed)?;
+        let csp = kiln_common::csp::from_build_config(kiln_toml.as_deref(), &api_origin(options))
+            .map_err(failed)?;
+        let mut serving = serving(&engines_report, variant, &page_base(options, identity));
+        serving.csp = csp;
         Ok(sign::run(
             identity,
             &outputs,
@@ -338,11 +345,16 @@ fn build_config(tree: &FileTree) -> Result<Option<String>, String> {
         .map_err(|e| format!("{}: {e}", vat::BUILD_CONFIG))
 }
 
+/// The API's origin, which no build's Content-Security-Policy may name.
+fn api_origin(options: &PipelineOptions) -> String {
+    kiln_common::config::Config::origin_of(&options.api_base)
+}
+
 /// The build's immutable folder under `/play/` (a rewritten page's `<base>`).
 fn page_base(options: &PipelineOptions, identity: &BuildIdentity) -> String {
     format!(
         "{}/play/{}/@{}/",
-        options.api_base.trim_end_matches('/'),
+        options.content_base.trim_end_matches('/'),
         identity.game,
         identity.build_id
     )

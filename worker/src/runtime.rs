@@ -19,8 +19,9 @@ use crate::stages::vat::{VatSelection, VatSettings};
 pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
     Ok(PipelineOptions {
         unpack: config.unpack.clone(),
-        cdn_base: format!("{}/cdn", config.public_url()),
+        cdn_base: format!("{}/cdn", config.content_url()),
         api_base: config.public_url(),
+        content_base: config.content_url(),
         engines: engine_options(&config.library)?,
         stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
         geometry: GeometryOptions {

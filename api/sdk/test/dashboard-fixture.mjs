@@ -6,7 +6,9 @@
 //   node api/sdk/test/dashboard-fixture.mjs [--port 8080] [--host 127.0.0.1] [--empty]
 //
 // Then open the printed URL. Tokens: "test" is an admin token (all games), "team" a team token
-// (game "alpha" only; another game answers 403); anything else answers 401. --empty answers
+// (game "alpha" only; another game answers 403); anything else answers 401. As kiln-api does,
+// POST /dashboard/session trades a token for an HttpOnly session cookie (DELETE logs out), and
+// the data answers to that cookie or to a bearer token. --empty answers
 // with no data at all (empty arrays, null rates), like a fresh installation.
 // The data is deterministic per UTC hour, so reloading shows the same numbers.
 //
@@ -272,9 +274,28 @@ function json(res, status, body) {
 export async function startDashboardFixture({ port = 0, host = '127.0.0.1', empty = false } = {}) {
   const requests = [];
   const responses = [];
-  const server = http.createServer((req, res) => {
+  const sessions = new Map(); // session id -> token
+  const cookieOf = (req) => /(?:^|;\s*)kiln_session=([^;]+)/.exec(req.headers.cookie ?? '')?.[1] ?? null;
+  const server = http.createServer(async (req, res) => {
     const url = new URL(req.url, 'http://fixture');
-    requests.push({ method: req.method, path: url.pathname + url.search, authorization: req.headers.authorization ?? null });
+    const session = sessions.get(cookieOf(req)) ?? null;
+    requests.push({ method: req.method, path: url.pathname + url.search, authorization: req.headers.authorization ?? null, session });
+    if (url.pathname === '/dashboard/session' && req.method === 'POST') {
+      let text = '';
+      for await (const chunk of req) text += chunk;
+      let token = null;
+      try { token = JSON.parse(text).token; } catch { /* below */ }
+      if (token !== ADMIN_TOKEN && token !== TEAM_TOKEN) return json(res, 401, { error: 'unauthorized', message: 'unknown token' });
+      const id = Math.random().toString(36).slice(2) + Date.now().toString(36);
+      sessions.set(id, token);
+      res.setHeader('set-cookie', `kiln_session=${id}; HttpOnly; SameSite=Strict; Path=/; Max-Age=43200`);
+      return json(res, 200, { kind: token === ADMIN_TOKEN ? 'admin' : 'team', expires_in: 43200 });
+    }
+    if (url.pathname === '/dashboard/session' && req.method === 'DELETE') {
+      sessions.delete(cookieOf(req));
+      res.writeHead(204, { 'set-cookie': 'kiln_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0' });
+      return res.end();
+    }
     const file = FILES[url.pathname];
     if (file && (req.method === 'GET' || req.method === 'HEAD')) {
       let body;
@@ -288,9 +309,9 @@ export async function startDashboardFixture({ port = 0, host = '127.0.0.1', empt
     }
     if (url.pathname === '/v1/dashboard/data' && req.method === 'GET') {
       const auth = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
-      const token = auth?.[1];
+      const token = auth?.[1] ?? session;
       if (token !== ADMIN_TOKEN && token !== TEAM_TOKEN) {
-        return json(res, 401, { error: 'unauthorized', message: auth ? 'unknown token' : 'missing bearer token' });
+        return json(res, 401, { error: 'unauthorized', message: auth ? 'unknown token' : 'missing bearer token or session' });
       }
       const from = url.searchParams.get('from') ?? '';
       const to = url.searchParams.get('to') ?? '';

@@ -8,8 +8,9 @@
 // Opens <url>#token=TOKEN[&game=G] at 1400 px wide and waits for body[data-state=ready]
 // (fails at once on "error", with the page's #dashboard-error text). Then checks:
 //   - no console errors, no page errors, no request to another origin than the page's;
-//   - the data request carried `Authorization: Bearer TOKEN` (and game=G), and the token left
-//     the visible URL (it stays in localStorage);
+//   - the page traded the token for a session (POST /dashboard/session; an HttpOnly,
+//     SameSite=Strict cookie) and the data requests carried that cookie, no token (and game=G);
+//     the token left the visible URL and is nowhere in localStorage;
 //   - #prewarm-hit-rate reads like "81.3 %" (or "–"), and equals --expect-hit-rate if given;
 //   - each view (prewarm, decode, library, pipeline) has a table and a chart <svg> with drawn
 //     marks; with --allow-empty, a "no data" placeholder will do instead (an empty installation);
@@ -86,8 +87,15 @@ export async function checkDashboard({ url, token, game = null, expectHitRate = 
       }
     }
     if (page.url().includes('token=')) fail(`the token is still in the visible URL: ${page.url()}`);
-    const stored = await page.evaluate(() => localStorage.getItem('kiln:dashboard-token'));
-    if (stored !== token) fail('the token was not kept in localStorage["kiln:dashboard-token"]');
+    const stored = await page.evaluate(() => Object.keys(localStorage).map((k) => `${k}=${localStorage.getItem(k)}`));
+    if (stored.some((e) => e.includes(token))) fail(`the token is kept in localStorage: ${stored.join(', ')}`);
+    if (await page.evaluate(() => document.cookie.includes('kiln_session'))) fail('a script can read the session cookie (not HttpOnly)');
+    const logins = seen.filter((r) => new URL(r.url()).origin === origin && new URL(r.url()).pathname === '/dashboard/session' && r.method() === 'POST');
+    if (logins.length < 1) fail('no POST /dashboard/session (login)');
+    else if (JSON.parse(logins[0].postData() ?? '{}').token !== token) fail('the login did not send the token');
+    const cookie = (await context.cookies()).find((c) => c.name === 'kiln_session');
+    if (!cookie) fail('no kiln_session cookie after the login');
+    else if (!cookie.httpOnly || cookie.sameSite !== 'Strict' || cookie.path !== '/') fail(`the session cookie is not HttpOnly; SameSite=Strict; Path=/: ${JSON.stringify(cookie)}`);
     const firstData = seen.filter((r) => isData(r, origin));
     if (firstData.length < 1) fail(`no request to ${DATA_PATH}`);
     else await checkDataRequest(firstData.at(-1), { token, game, hours: RANGE_HOURS[first.range], fail });
@@ -142,7 +150,8 @@ function isData(request, origin) {
 
 async function checkDataRequest(request, { token, game, hours, fail }) {
   const headers = await request.allHeaders();
-  if (headers.authorization !== `Bearer ${token}`) fail(`${DATA_PATH} was requested without "Authorization: Bearer <token>"`);
+  if (headers.authorization) fail(`${DATA_PATH} was requested with an Authorization header: the page keeps a token`);
+  if (!/(^|;\s*)kiln_session=/.test(headers.cookie ?? '')) fail(`${DATA_PATH} was requested without the session cookie`);
   const q = new URL(request.url()).searchParams;
   if ((q.get('game') ?? '') !== (game ?? '')) fail(`${DATA_PATH} asked for game=${JSON.stringify(q.get('game'))}, expected ${JSON.stringify(game ?? '')}`);
   const from = Date.parse(q.get('from') ?? '');
@@ -229,7 +238,7 @@ async function selfTest() {
       assert.equal(run.json.hit_rate_text, pct(fx.responses[0].prewarm.totals.hit_rate));
       for (const v of VIEWS) assert.ok(run.json.views[v].marks > 0 && run.json.views[v].rows > 0, v);
       assert.equal(run.json.refetch.range, '7d');
-      assert.ok(fx.requests.some((r) => r.path.startsWith(`${DATA_PATH}?`) && r.authorization === `Bearer ${ADMIN_TOKEN}`));
+      assert.ok(fx.requests.some((r) => r.path.startsWith(`${DATA_PATH}?`) && r.session === ADMIN_TOKEN && !r.authorization));
       assert.deepEqual(fs.readFileSync(shot).subarray(1, 4).toString(), 'PNG');
     } finally {
       await fx.close();

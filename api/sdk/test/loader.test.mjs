@@ -323,7 +323,7 @@ describe('preheat and signed manifests', () => {
     assert.equal(events[0].reason, null);
     assert.equal(events[0].prewarmed, true);
     assert.equal(events[0].game, 'pre');
-    assert.equal(await p.evaluate(() => localStorage.getItem('kiln:seq:pre')), '7');
+    assert.equal(await p.evaluate(() => JSON.parse(JSON.parse(localStorage.getItem('kiln:seq:pre')).body).sequence), 7);
     await assertBeaconsMatch('pre', [p]);
   });
 
@@ -414,9 +414,43 @@ describe('preheat and signed manifests', () => {
     // A new page of the same origin remembers the sequence.
     const p2 = await open(ctx, container('rollback'), { boot: false });
     assert.equal(await p2.evaluate(([u, keys]) => kiln.preheat(u, { keys }).then(() => 'ok', (e) => e.reason), [srv.manifest(path, manifestFor('rej-rollback', [d], { sequence: 8 })), srv.trusted]), 'rollback');
-    assert.equal(await p2.evaluate(() => localStorage.getItem('kiln:seq:rej-rollback')), '9');
+    assert.equal(await p2.evaluate(() => JSON.parse(JSON.parse(localStorage.getItem('kiln:seq:rej-rollback')).body).sequence), 9);
     const reasons = (await p.evaluate(() => kiln.events)).filter((e) => e.type === 'manifest').map((e) => e.reason);
     assert.deepEqual(reasons, ['rollback']);
+  });
+
+  it('another game on the origin cannot rewrite a game\'s rollback store to any effect', async () => {
+    const eng = makeEngine({ version: '14.1.0' });
+    const d = publish(srv, 'victim', eng, { gameDir: '/g/victim' });
+    const path = '/v1/games/victim/manifest';
+    const ctx = await newContext();
+    const p = await open(ctx, container('victim'), { boot: false });
+    const preheat = (page, m) => page.evaluate(([u, keys]) => kiln.preheat(u, { keys }).then((s) => `ok ${s.sequence}`, (e) => e.reason), [m, srv.trusted]);
+    assert.equal(await preheat(p, srv.manifest(path, manifestFor('victim', [d], { sequence: 3 }))), 'ok 3');
+    // A hostile page of the same origin (every game shares its localStorage) writes a huge
+    // sequence into the victim's store: as the old bare number, as a record with an unsigned
+    // body, as a body signed for another game, and as a body whose signature is another's.
+    const hostile = await open(ctx, container('hostile'), { boot: false });
+    const other = srv.signed(manifestFor('hostile', [d], { sequence: 999999 }));
+    const otherBody = other.body.toString();
+    const otherSig = other.headers['kiln-signature'];
+    const forged = JSON.stringify({ ...manifestFor('victim', [d], { sequence: 1e15 }) });
+    for (const record of [
+      '1000000000000000',
+      JSON.stringify({ body: forged, sig: 'keyid=x,sig=AAAA' }),
+      JSON.stringify({ body: otherBody, sig: otherSig }),
+      JSON.stringify({ body: forged, sig: otherSig }),
+    ]) {
+      await hostile.evaluate((r) => localStorage.setItem('kiln:seq:victim', r), record);
+      // The victim's next visit still takes its live release.
+      const v = await open(ctx, container('victim'), { boot: false });
+      assert.equal(await preheat(v, srv.manifest(path, manifestFor('victim', [d], { sequence: 4 }))), 'ok 4', record.slice(0, 60));
+      await v.close();
+    }
+    // A genuine record still protects: an older release after 4 is refused.
+    const v = await open(ctx, container('victim'), { boot: false });
+    assert.equal(await preheat(v, srv.manifest(path, manifestFor('victim', [d], { sequence: 4 }))), 'ok 4');
+    assert.equal(await preheat(v, srv.manifest(path, manifestFor('victim', [d], { sequence: 2 }))), 'rollback');
   });
 });
 

@@ -95,7 +95,7 @@ describe('per-device manifests', () => {
     const s2 = await preheat(p2, url);
     assert.equal(s2.device_class, 'android-mid');
     assert.equal(manifestRequests('dev')[1].search, '?device=android-mid');
-    assert.equal(await p2.evaluate(() => localStorage.getItem('kiln:seq:dev')), '7', 'one sequence for every class');
+    assert.equal(await p2.evaluate(() => JSON.parse(JSON.parse(localStorage.getItem('kiln:seq:dev')).body).sequence), 7, 'one sequence for every class');
 
     // The per-device manifest is still checked for rollback.
     perDevice('dev', manifestFor('dev', { engines: [d], sequence: 6 }));

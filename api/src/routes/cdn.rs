@@ -76,7 +76,8 @@ pub async fn play(
     } else {
         keys::SHORT_LIVED
     };
-    serve(&state, &file.key, Some(file), &headers, cache_control).await
+    let response = serve(&state, &file.key, Some(file), &headers, cache_control).await?;
+    Ok(with_build_policy(&state, &index, response))
 }
 
 #[utoipa::path(get, path = "/play/{game}/",
@@ -125,7 +126,8 @@ pub async fn play_build(
     let file = index
         .file(&path)
         .ok_or_else(|| ApiError::not_found(format!("{path} is not in build {build_id}")))?;
-    serve(&state, &file.key, Some(file), &headers, keys::IMMUTABLE).await
+    let response = serve(&state, &file.key, Some(file), &headers, keys::IMMUTABLE).await?;
+    Ok(with_build_policy(&state, &index, response))
 }
 
 #[utoipa::path(get, path = "/play/{game}/@{build_id}/",
@@ -140,7 +142,85 @@ pub async fn play_build_root(
     play_build(state, ApiPath((game, build_id, String::new())), headers).await
 }
 
-/// True when `If-None-Match` names `etag` (or is `*`).
+/// A build's file carries the build's policy: Kiln's, plus the build's `[csp]` extension.
+fn with_build_policy(
+    state: &AppState,
+    index: &crate::play_index::BuildIndex,
+    mut response: Response,
+) -> Response {
+    let origin = kiln_common::config::Config::origin_of(&state.config.content_url());
+    if let Ok(value) = HeaderValue::from_str(&kiln_common::csp::policy(&origin, &index.csp)) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, value);
+    }
+    response
+}
+
+/// Every response of the content origin has a Content-Security-Policy: a build's files get
+/// their build's (set by the `/play` handlers), everything else Kiln's own (an HTML object
+/// opened from `/cdn` runs under it too).
+pub async fn content_security_policy(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    if !response
+        .headers()
+        .contains_key(header::CONTENT_SECURITY_POLICY)
+    {
+        let origin = kiln_common::config::Config::origin_of(&state.config.content_url());
+        let policy = kiln_common::csp::policy(&origin, &Default::default());
+        if let Ok(value) = HeaderValue::from_str(&policy) {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_SECURITY_POLICY, value);
+        }
+    }
+    response
+}
+
+/// On the API origin, `/play`, `/cdn` and `/sdk` answer `308` to the same path on the
+/// content origin: links, pages and manifests written before the origins were split keep
+/// working, and the bytes still only ever come from the content origin (a team's page never
+/// runs beside the dashboard). `Access-Control-Allow-Origin: *` lets a page's `fetch` follow.
+pub async fn to_content_origin(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let target = format!("{}{path}", state.config.content_url());
+    match HeaderValue::from_str(&target) {
+        Ok(location) => (
+            StatusCode::PERMANENT_REDIRECT,
+            [
+                (header::LOCATION, location),
+                (
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("public, max-age=3600"),
+                ),
+                (
+                    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                    HeaderValue::from_static("*"),
+                ),
+            ],
+        )
+            .into_response(),
+        Err(_) => ApiError::not_found("no such path").into_response(),
+    }
+}
+
+/// Anything else on the content origin: a `404` that says where the API is.
+pub async fn content_not_found(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+    ApiError::not_found(format!(
+        "{} is not served on the content origin (game files, manifests, keys, telemetry); \
+         the API is at {}",
+        uri.path(),
+        state.config.public_url()
+    ))
+    .into_response()
+}
+
+/// True when `If-None-Match` names `etag` (or is `*`). `*` matches any current
+/// representation (RFC 9110 13.1.2): ask only once the object is known to exist.
 pub fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
     headers
         .get_all(header::IF_NONE_MATCH)
@@ -314,10 +394,9 @@ async fn serve(
         HeaderValue::from_static("nosniff"),
     );
     out.insert("access-control-allow-origin", HeaderValue::from_static("*"));
-    if etag_matches(headers, &etag) {
-        return Ok((StatusCode::NOT_MODIFIED, out).into_response());
-    }
-
+    // Existence first: a 304 says "what you have is current", which nothing missing is.
+    // `chosen` and `known` come from the store and a manifest, so only `/cdn` without a
+    // pre-compressed form asks the store here.
     let size = match (&chosen, known) {
         (Some((_, _, size)), _) => *size,
         (None, Some(file)) => file.size,
@@ -330,6 +409,9 @@ async fn serve(
                 .size
         }
     };
+    if etag_matches(headers, &etag) {
+        return Ok((StatusCode::NOT_MODIFIED, out).into_response());
+    }
     let content_type = keys::headers_for_key(object_key).content_type;
     out.insert(
         header::CONTENT_TYPE,

@@ -23,7 +23,10 @@ pub enum Deployment {
 
 pub struct Kiln {
     pub running: Option<kiln_api::Running>,
+    /// The API origin (uploads, tokens, the dashboard).
     pub url: String,
+    /// The content origin (game files, manifests, keys, telemetry, the loader).
+    pub content: String,
     pub config: Config,
     pub dir: tempfile::TempDir,
     pub http: reqwest::Client,
@@ -42,6 +45,7 @@ pub async fn config_for(deployment: Deployment, dir: &Path) -> (Config, Option<S
     let mut config = Config {
         data_dir: dir.join("data"),
         bind: "127.0.0.1:0".into(),
+        content_bind: "127.0.0.1:0".into(),
         admin_token: ADMIN.into(),
         ..Config::default()
     };
@@ -92,10 +96,13 @@ impl Kiln {
         tweak(&mut config);
         let running = kiln_api::start(config.clone()).await.expect("kiln starts");
         let url = running.url();
+        let content = running.content_url();
         config.public_url = url.clone();
+        config.content_url = content.clone();
         Self {
             running: Some(running),
             url,
+            content,
             config,
             dir,
             http: reqwest::Client::builder()
@@ -114,12 +121,15 @@ impl Kiln {
         }
         let mut config = self.config.clone();
         config.public_url = String::new();
+        config.content_url = String::new();
         tweak(&mut config);
         let running = kiln_api::start(config.clone())
             .await
             .expect("kiln restarts");
         self.url = running.url();
+        self.content = running.content_url();
         config.public_url = self.url.clone();
+        config.content_url = self.content.clone();
         self.config = config;
         self.running = Some(running);
         self
@@ -137,6 +147,11 @@ impl Kiln {
             .execute(&admin)
             .await;
         }
+    }
+
+    /// The content origin's base URL: where `/play`, `/cdn` and `/sdk` are served.
+    pub fn content_url(&self) -> &str {
+        &self.content
     }
 
     /// A new team and its token.

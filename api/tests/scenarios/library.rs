@@ -116,7 +116,7 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     // its own modules load beside it; the loader comes async, off the critical path.
     let page = kiln
         .http
-        .get(format!("{}/play/fox-a/", kiln.url))
+        .get(format!("{}/play/fox-a/", kiln.content))
         .send()
         .await
         .unwrap()
@@ -127,7 +127,7 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     assert!(
         page.contains(&format!(
             r#"<script async src="{}{}"></script>"#,
-            kiln.url,
+            kiln.content,
             kiln_common::loader::versioned_path()
         )),
         "{page}"
@@ -136,21 +136,21 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     assert!(
         page.contains(&format!(
             r#"<link rel="modulepreload" href="{}/cdn/library/"#,
-            kiln.url
+            kiln.content
         )),
         "{page}"
     );
     assert!(
         page.contains(&format!(
             r#"<base href="{}/play/fox-a/@{build_a}/">"#,
-            kiln.url
+            kiln.content
         )),
         "{page}"
     );
     assert!(!page.contains("text/kiln-deferred"), "{page}");
     let loader = kiln
         .http
-        .get(format!("{}/sdk/kiln-loader.js", kiln.url))
+        .get(format!("{}/sdk/kiln-loader.js", kiln.content))
         .send()
         .await
         .unwrap();

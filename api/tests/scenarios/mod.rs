@@ -241,7 +241,7 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
     // The game runs from the live build under its own paths.
     let page = kiln
         .http
-        .get(format!("{}/play/sample-game/", kiln.url))
+        .get(format!("{}/play/sample-game/", kiln.content))
         .send()
         .await
         .unwrap();
@@ -806,12 +806,12 @@ pub async fn cdn_serves_with_cache_headers(deployment: Deployment) {
     for bad in [
         format!(
             "{}/cdn/packages/{}.zip",
-            kiln.url,
+            kiln.content,
             accepted["build_id"].as_str().unwrap()
         ),
-        format!("{}/cdn/files/../packages/x.zip", kiln.url),
-        format!("{}/cdn/files/%2e%2e/%2e%2e/etc/passwd", kiln.url),
-        format!("{}/cdn/files/00/nothing.js", kiln.url),
+        format!("{}/cdn/files/../packages/x.zip", kiln.content),
+        format!("{}/cdn/files/%2e%2e/%2e%2e/etc/passwd", kiln.content),
+        format!("{}/cdn/files/00/nothing.js", kiln.content),
     ] {
         let response = kiln.http.get(&bad).send().await.unwrap();
         assert_eq!(response.status(), 404, "{bad}");
@@ -930,9 +930,10 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
             "--build-id",
             &id,
             "--cdn-base",
-            &format!("{}/cdn", kiln.url),
+            &format!("{}/cdn", kiln.content),
         ])
         .env("KILN_PUBLIC_URL", &kiln.url)
+        .env("KILN_CONTENT_URL", &kiln.content)
         .env("KILN_DATA_DIR", kiln.dir.path().join("cli-data"))
         .output()
         .unwrap();
@@ -1204,6 +1205,7 @@ pub fn spawn_worker(kiln: &Kiln, key_file: &std::path::Path, pause_ms: u64) -> s
         .env("KILN_DATA_DIR", &kiln.config.data_dir)
         .env("KILN_DATABASE_URL", kiln.config.database_url())
         .env("KILN_PUBLIC_URL", &kiln.url)
+        .env("KILN_CONTENT_URL", &kiln.content)
         .env("KILN_SIGNING_KEY_FILE", key_file)
         .env(
             "KILN_WORK_DIR",

@@ -71,7 +71,7 @@ async fn read_response(
 /// Median time of `n` sequential GETs of `path` on one kept-alive connection, each time, and
 /// whether the server's end of the connection has TCP_NODELAY.
 async fn keep_alive_median(kiln: &Kiln, path: &str, n: usize) -> (Duration, Vec<Duration>, bool) {
-    let addr = kiln.url.trim_start_matches("http://").to_string();
+    let addr = kiln.content.trim_start_matches("http://").to_string();
     let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     // The client sends each request in one write without waiting: only the server's
     // writes are under test.
@@ -186,7 +186,7 @@ pub async fn play_serves_live_and_build_scoped_files(deployment: Deployment) {
         .publish(&other_token, "play-other", "1", small_game("other"))
         .await;
     let get = |path: String, headers: &[(&str, &str)]| {
-        let mut request = kiln.http.get(format!("{}{path}", kiln.url));
+        let mut request = kiln.http.get(format!("{}{path}", kiln.content));
         for (k, v) in headers {
             request = request.header(*k, *v);
         }
@@ -367,7 +367,7 @@ pub async fn play_reads_each_manifest_once_and_follows_releases(deployment: Depl
         .await;
     kiln.publish(&token, "cached-game", "2", small_game("two"))
         .await;
-    let get = |path: &str| kiln.http.get(format!("{}{path}", kiln.url)).send();
+    let get = |path: &str| kiln.http.get(format!("{}{path}", kiln.content)).send();
     let script = get("/play/cached-game/main.js").await.unwrap();
     assert_eq!(script.status(), 200);
     assert!(script.text().await.unwrap().contains("'two'"));
@@ -438,7 +438,7 @@ pub async fn loader_is_compressed_and_versioned(deployment: Deployment) {
     let kiln = Kiln::start(deployment).await;
     let loader = kiln_common::loader::LOADER.as_bytes();
     let get = |path: String, headers: &[(&str, &str)]| {
-        let mut request = kiln.http.get(format!("{}{path}", kiln.url));
+        let mut request = kiln.http.get(format!("{}{path}", kiln.content));
         for (k, v) in headers {
             request = request.header(*k, *v);
         }

@@ -116,6 +116,9 @@ export class Kiln {
   async start() {
     this.port = await freePort();
     this.base = `http://127.0.0.1:${this.port}`;
+    // The content origin (game files, manifests, the loader): where players load games from.
+    this.contentPort = await freePort();
+    this.content = `http://127.0.0.1:${this.contentPort}`;
     const data = join(this.dir, 'data');
     mkdirSync(data, { recursive: true });
     const env = {
@@ -123,6 +126,8 @@ export class Kiln {
       KILN_DATA_DIR: data,
       KILN_BIND: `127.0.0.1:${this.port}`,
       KILN_PUBLIC_URL: this.base,
+      KILN_CONTENT_BIND: `127.0.0.1:${this.contentPort}`,
+      KILN_CONTENT_URL: this.content,
       KILN_ADMIN_TOKEN: this.admin,
       RUST_LOG: process.env.RUST_LOG || 'info',
     };

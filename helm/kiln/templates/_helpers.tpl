@@ -58,6 +58,31 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+The API origin's URL: config.publicUrl, else https://{api.host}.
+*/}}
+{{- define "kiln.publicUrl" -}}
+{{- if .Values.config.publicUrl -}}
+{{- .Values.config.publicUrl -}}
+{{- else -}}
+{{- printf "https://%s" (required "api.host (or config.publicUrl) is required: the API's host name" .Values.api.host) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The content origin's URL: config.contentUrl, else https://{content.host}. Never the API's.
+*/}}
+{{- define "kiln.contentUrl" -}}
+{{- $url := .Values.config.contentUrl -}}
+{{- if not $url -}}
+{{- $url = printf "https://%s" (required "content.host (or config.contentUrl) is required: the content origin's host name, apart from the API's" .Values.content.host) -}}
+{{- end -}}
+{{- if eq $url (include "kiln.publicUrl" .) -}}
+{{- fail "the content origin (content.host / config.contentUrl) must differ from the API's (api.host / config.publicUrl): team pages would run beside the dashboard" -}}
+{{- end -}}
+{{- $url -}}
+{{- end }}
+
+{{/*
 Environment shared by kiln-api and kiln-worker: database, object store, public URL, logging.
 The signing key is deliberately not here: only the worker template mounts it.
 */}}
@@ -68,7 +93,9 @@ The signing key is deliberately not here: only the worker template mounts it.
       name: {{ required "secrets.database.name is required: a Secret holding the PostgreSQL URL" .Values.secrets.database.name }}
       key: {{ .Values.secrets.database.key }}
 - name: KILN_PUBLIC_URL
-  value: {{ required "config.publicUrl is required: the public base URL written into manifests" .Values.config.publicUrl | quote }}
+  value: {{ include "kiln.publicUrl" . | quote }}
+- name: KILN_CONTENT_URL
+  value: {{ include "kiln.contentUrl" . | quote }}
 - name: KILN_S3_BUCKET
   value: {{ required "config.s3.bucket is required: the object store bucket" .Values.config.s3.bucket | quote }}
 {{- with .Values.config.s3.endpoint }}

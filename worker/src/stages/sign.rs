@@ -55,6 +55,8 @@ pub struct Serving {
     pub warm: Vec<String>,
     /// Models the pages load through `kiln.model` (manifest `warm_models`).
     pub warm_models: Vec<String>,
+    /// The build's checked `kiln.toml` `[csp]` extension (manifest `csp`).
+    pub csp: kiln_common::csp::Extension,
 }
 
 /// `cdn_base` is the URL prefix objects are served under, e.g. `https://kiln.example/cdn`.
@@ -154,6 +156,7 @@ pub fn run(
             .collect(),
         warm: serving.warm.clone(),
         warm_models: serving.warm_models.clone(),
+        csp: serving.csp.clone(),
     };
     let signed = sign_manifest(manifest, signer);
     let report = SignReport {
