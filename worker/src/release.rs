@@ -107,7 +107,7 @@ pub fn decide(reason: Reason, seen: Seen<'_>, build_id: &str, due: Option<i64>) 
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// Signed and live.
-    Signed(ReleaseRow),
+    Signed(Box<ReleaseRow>),
     /// See [`Decision::Superseded`].
     Superseded,
     /// See [`Decision::Moved`].
@@ -202,7 +202,7 @@ async fn release_as(
         if let Err(e) = decide_variants(context, &row, &signed.manifest).await {
             tracing::warn!(game = %game, sequence, error = %e, "could not sign the per-class manifests yet");
         }
-        return Ok(Outcome::Signed(row));
+        return Ok(Outcome::Signed(Box::new(row)));
     }
     count(reason, "gave_up");
     Err(ReleaseError::Refused(format!(
@@ -355,7 +355,7 @@ pub async fn tick(
         let outcome = match build_manifest(context, &request.build_id).await {
             Ok(manifest) if manifest.game == request.game => {
                 match release(context, &manifest, Reason::Release).await {
-                    Ok(Outcome::Signed(row)) => Ok(row),
+                    Ok(Outcome::Signed(row)) => Ok(*row),
                     Ok(other) => Err(ReleaseError::Refused(format!(
                         "release of {} not made: {other:?}",
                         request.build_id

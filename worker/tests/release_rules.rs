@@ -94,7 +94,7 @@ async fn build(context: &JobContext, id: &str) -> Manifest {
 
 fn signed(outcome: Outcome) -> ReleaseRow {
     match outcome {
-        Outcome::Signed(row) => row,
+        Outcome::Signed(row) => *row,
         other => panic!("expected a signed release, got {other:?}"),
     }
 }
