@@ -56,6 +56,8 @@ pub fn router(state: AppState) -> Router {
     let short = Router::new()
         .route("/v1/builds/{id}", get(builds::status))
         .route("/v1/builds/{id}/report", get(builds::report))
+        .route("/v1/builds/{id}/retry", post(builds::retry))
+        .route("/v1/games/{game}/transfer", post(teams::transfer_game))
         .route("/v1/games/{game}/manifest", get(publishing::manifest))
         .route("/v1/keys", get(publishing::keys))
         .route("/v1/keys/trust", get(publishing::trust))

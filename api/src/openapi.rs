@@ -24,7 +24,7 @@ pub const GAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
     info(title = "Kiln", description = "Upload web and mini-game builds; get them split, compressed, signed and published. Every error is `{\"error\": {\"code\", \"message\"}}` (`ErrorBody`), including malformed query strings, paths and bodies (400, 413, 415), unknown routes (404) and methods (405)."),
     paths(
         uploads::upload,
-        builds::status, builds::events, builds::report,
+        builds::status, builds::events, builds::report, builds::retry,
         publishing::manifest, publishing::keys, publishing::trust,
         releases::create, releases::list,
         library::loader, library::loader_file, library::list, library::delete,
@@ -32,12 +32,12 @@ pub const GAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,63}$";
         dashboard::page, dashboard::css, dashboard::charts, dashboard::script,
         dashboard::login, dashboard::logout, dashboard::data,
         cdn::object, cdn::play_root, cdn::play, cdn::play_build_root, cdn::play_build,
-        teams::create_team, teams::create_token,
+        teams::create_team, teams::create_token, teams::transfer_game,
         ops::healthz, ops::readyz, ops::metrics, ops::openapi,
     ),
     components(schemas(
         uploads::UploadResponse, builds::BuildView, builds::PackageView, publishing::Jwks,
-        teams::NewTeam, teams::TeamView, teams::TokenView,
+        teams::NewTeam, teams::TeamView, teams::TokenView, teams::TransferRequest, teams::TransferView,
         releases::ReleaseRequest, releases::ReleaseView, releases::PendingRelease,
         library::LibraryView, library::LibraryEntryView, telemetry::TelemetryAccepted,
         dashboard::LoginRequest, dashboard::LoginResponse,

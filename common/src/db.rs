@@ -144,10 +144,12 @@ pub struct NewBuild<'a> {
     pub idempotency_key: Option<&'a str>,
 }
 
-/// Outcome of inserting a build: new, or one that already had these bytes or this key.
+/// Outcome of inserting a build: new, or one that already had these bytes or this key, or
+/// refused because the game belongs to another team (nothing was written).
 pub enum Inserted {
     New(BuildRow),
     Existing(BuildRow),
+    NotOwner,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -305,7 +307,32 @@ impl Db {
 
     // ---- games ----
 
-    /// The team that owns `game`, claiming it for `team_id` if nobody does.
+    /// Gives `game` to another team (admin): its builds move with it, so the new owner sees
+    /// and can release them; the live release stays as it is. `false`: no such game.
+    pub async fn transfer_game(&self, game: &str, team_id: &str) -> Result<bool, DbError> {
+        let mut tx = self.pool.begin().await?;
+        let moved = sqlx::query("UPDATE games SET team_id = $1 WHERE name = $2")
+            .bind(team_id)
+            .bind(game)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if !moved {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("UPDATE builds SET team_id = $1 WHERE game = $2")
+            .bind(team_id)
+            .bind(game)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// The team that owns `game`, claiming it for `team_id` if nobody does. (Uploads claim a
+    /// game only with the build that passed the upload checks: [`Db::insert_build`].)
     pub async fn claim_game(&self, game: &str, team_id: &str) -> Result<String, DbError> {
         sqlx::query(
             "INSERT INTO games (name, team_id, created_at) VALUES ($1, $2, $3) \
@@ -353,15 +380,20 @@ impl Db {
         .await?)
     }
 
+    /// The build a team's `Idempotency-Key` made for one game: keys are matched per game
+    /// (team + game + key), so two games using the same CI key get their own builds.
     pub async fn build_by_idempotency_key(
         &self,
         team_id: &str,
+        game: &str,
         key: &str,
     ) -> Result<Option<BuildRow>, DbError> {
         Ok(sqlx::query_as::<_, BuildRow>(AssertSqlSafe(format!(
-            "SELECT {BUILD_COLUMNS} FROM builds WHERE team_id = $1 AND idempotency_key = $2"
+            "SELECT {BUILD_COLUMNS} FROM builds \
+             WHERE team_id = $1 AND game = $2 AND idempotency_key = $3"
         )))
         .bind(team_id)
+        .bind(game)
         .bind(key)
         .fetch_optional(&self.pool)
         .await?)
@@ -373,8 +405,11 @@ impl Db {
         version: &str,
         sha256: &str,
     ) -> Result<Option<BuildRow>, DbError> {
+        // The one build that is not failed (at most one: `builds_content`), else the newest
+        // failed one.
         Ok(sqlx::query_as::<_, BuildRow>(AssertSqlSafe(format!(
-            "SELECT {BUILD_COLUMNS} FROM builds WHERE game = $1 AND version = $2 AND package_sha256 = $3"
+            "SELECT {BUILD_COLUMNS} FROM builds WHERE game = $1 AND version = $2 AND package_sha256 = $3 \
+             ORDER BY CASE WHEN status = 'failed' THEN 1 ELSE 0 END, created_at DESC, id DESC LIMIT 1"
         )))
         .bind(game)
         .bind(version)
@@ -383,8 +418,11 @@ impl Db {
         .await?)
     }
 
-    /// Inserts a queued build and its pending stages in one transaction, unless a build
-    /// with the same bytes (or idempotency key) exists: then that one is returned.
+    /// Inserts a queued build and its pending stages in one transaction, claiming the game
+    /// for the team if nobody owns it (so only a build that passed the upload checks claims
+    /// a name), unless a build with the same bytes (or idempotency key) exists: then that one
+    /// is returned. A failed build with the same bytes is returned only to an upload without
+    /// an idempotency key; one with a new key makes a new build (a retry of a failed build).
     pub async fn insert_build(
         &self,
         new: NewBuild<'_>,
@@ -393,11 +431,30 @@ impl Db {
         if let Some(existing) = self
             .build_by_content(new.game, new.version, new.package_sha256)
             .await?
+            && (existing.status != BuildStatus::Failed.as_str() || new.idempotency_key.is_none())
         {
             return Ok(Inserted::Existing(existing));
         }
         let at = now();
         let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO games (name, team_id, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(new.game)
+        .bind(new.team_id)
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
+        let owner = sqlx::query("SELECT team_id FROM games WHERE name = $1")
+            .bind(new.game)
+            .fetch_one(&mut *tx)
+            .await?
+            .get::<String, _>(0);
+        if owner != new.team_id {
+            tx.rollback().await?;
+            return Ok(Inserted::NotOwner);
+        }
         let inserted = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO builds ({BUILD_COLUMNS}) VALUES \
              ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, NULL, NULL, $10, $10)"
@@ -420,7 +477,10 @@ impl Db {
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
                 drop(tx);
                 let existing = match new.idempotency_key {
-                    Some(key) => self.build_by_idempotency_key(new.team_id, key).await?,
+                    Some(key) => {
+                        self.build_by_idempotency_key(new.team_id, new.game, key)
+                            .await?
+                    }
                     None => None,
                 };
                 let existing = match existing {
@@ -453,6 +513,44 @@ impl Db {
             .await?
             .ok_or_else(|| DbError::Conflict("inserted build vanished".into()))?;
         Ok(Inserted::New(row))
+    }
+
+    /// Puts a failed build back in the queue's hands (`POST /v1/builds/{id}/retry`): status
+    /// `queued`, error and report cleared, every stage pending again; same id, same kept
+    /// package. `false`: the build is not failed (any more). A conflict when a build of the
+    /// same bytes and version was made since (`builds_content`): that one is the build.
+    pub async fn requeue_failed_build(&self, id: &str) -> Result<bool, DbError> {
+        let mut tx = self.pool.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE builds SET status = 'queued', error = NULL, report = NULL, updated_at = $1 \
+             WHERE id = $2 AND status = 'failed'",
+        )
+        .bind(now())
+        .bind(id)
+        .execute(&mut *tx)
+        .await;
+        let requeued = match updated {
+            Ok(done) => done.rows_affected() == 1,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(DbError::Conflict(format!(
+                    "another build of build {id}'s bytes and version exists; that one is the build"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !requeued {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE build_stages SET status = 'pending', progress = 0, started_at = NULL, \
+             finished_at = NULL, error = NULL WHERE build_id = $1",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     pub async fn stages(&self, build_id: &str) -> Result<Vec<StageRow>, DbError> {

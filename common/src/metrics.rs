@@ -114,6 +114,18 @@ pub static STAGE_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
 });
 
+/// Release attempts by reason (`publish`, `release`, `resign`) and outcome: `won` (signed
+/// and live), `lost` (live moved while signing: decided again), `superseded` (a publish a
+/// newer build's publish beat), `moved` (a re-sign whose release is no longer live),
+/// `gave_up`.
+pub static RELEASE_ATTEMPTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "kiln_release_attempts_total",
+        "Release compare-and-set attempts by reason and outcome",
+        &["reason", "outcome"],
+    )
+});
+
 pub static JOBS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
         IntCounterVec::new(
@@ -391,6 +403,7 @@ pub fn init() {
     LazyLock::force(&QUEUE_OLDEST_AGE);
     LazyLock::force(&STAGE_DURATION);
     LazyLock::force(&JOBS);
+    LazyLock::force(&RELEASE_ATTEMPTS);
     LazyLock::force(&PREHEAT_OUTCOMES);
     LazyLock::force(&PREHEAT_DURATION);
     LazyLock::force(&DECODE_DURATION);

@@ -4,6 +4,25 @@
 //! Job layer: only the worker holds the signing key, so it signs every release — on publish,
 //! when the API was asked to re-point a game (`release_requests`), and again for every live
 //! release past half its lifetime.
+//!
+//! # Releases only move forward on purpose
+//!
+//! What is live changes only through one compare-and-set on the game's current sequence
+//! ([`Db::insert_release_if_live`](kiln_common::db::Db::insert_release_if_live)). Every writer
+//! reads what is live, decides with [`decide`], signs `live + 1`, and its insert succeeds only
+//! if live is still what it read; a writer that loses reads again and decides again (it never
+//! reuses a decision made on what was live before). The rules [`decide`] applies:
+//!
+//! - **re-sign** ([`Reason::Resign`]) re-signs only what is live now: the release it was due
+//!   for must still be the live one; if live moved (a publish, a release request or another
+//!   worker's re-sign got there first) there is nothing to do — the new live release is fresh.
+//! - **publish** ([`Reason::Publish`]) makes its build live only if no build of the game
+//!   uploaded after it (per-game upload order: upload time, then build id) has already been
+//!   made live by a publish: a build that finishes late never replaces a newer one. It is then
+//!   still published (releasable on request), only not live.
+//! - **release request** ([`Reason::Release`], `POST /v1/games/{game}/releases`, rollback) is
+//!   on purpose: it wins at the moment it is signed, whatever is live (a later publish of a
+//!   build uploaded after the last published one, or another request, moves live on again).
 
 use std::time::Duration;
 
@@ -11,6 +30,7 @@ use std::collections::HashMap;
 
 use kiln_common::db::{ClassManifestRow, DbError, ReleaseRow, RollupFilter};
 use kiln_common::manifest::{Manifest, VariantChoice};
+use kiln_common::metrics;
 use kiln_common::storage::StorageError;
 use kiln_common::{devices, rollups, variants};
 
@@ -45,16 +65,112 @@ impl Reason {
     }
 }
 
-/// Signs `build_manifest` as the game's next release, stores it and makes it live. Two
-/// writers racing for one sequence: the loser signs again with the next.
+/// What a writer found when it read the live release, for [`decide`].
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The live release's sequence and build, if the game has one.
+    pub live: Option<(i64, &'a str)>,
+    /// Publish only: a build uploaded after this one has been made live by a publish.
+    pub newer_published: bool,
+}
+
+/// What a writer does with what it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Sign `build_id` as `sequence` (live + 1), inserted only if live is still `expected`.
+    Sign { sequence: i64, expected: i64 },
+    /// Publish: a newer build is already live by its publish; this one stays unreleased.
+    Superseded,
+    /// Re-sign: the release it was due for is no longer live; nothing to do.
+    Moved,
+}
+
+/// The release rules (module docs), as a plain function of what was read. `due` is, for a
+/// re-sign, the sequence of the live release it was found due for.
+pub fn decide(reason: Reason, seen: Seen<'_>, build_id: &str, due: Option<i64>) -> Decision {
+    let live_sequence = seen.live.map_or(0, |(sequence, _)| sequence);
+    let sign = Decision::Sign {
+        sequence: live_sequence + 1,
+        expected: live_sequence,
+    };
+    match reason {
+        Reason::Resign => match seen.live {
+            Some((sequence, live_build)) if Some(sequence) == due && live_build == build_id => sign,
+            _ => Decision::Moved,
+        },
+        Reason::Publish if seen.newer_published => Decision::Superseded,
+        Reason::Publish | Reason::Release => sign,
+    }
+}
+
+/// How a release attempt ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Signed and live.
+    Signed(Box<ReleaseRow>),
+    /// See [`Decision::Superseded`].
+    Superseded,
+    /// See [`Decision::Moved`].
+    Moved,
+}
+
+/// Compare-and-set attempts before a writer gives up (it is retried: a job as a transient
+/// failure, a release request or re-sign on the next tick).
+const ATTEMPTS: usize = 16;
+
+/// Signs `build_manifest` as the game's next release by the rules (module docs): reads what
+/// is live, decides, signs `live + 1` and stores it only if live did not move meanwhile;
+/// otherwise reads and decides again. `due`: for a re-sign, the live sequence it is for.
 pub async fn release(
     context: &JobContext,
     build_manifest: &Manifest,
     reason: Reason,
-) -> Result<ReleaseRow, ReleaseError> {
+) -> Result<Outcome, ReleaseError> {
+    release_as(context, build_manifest, reason, None).await
+}
+
+/// Re-signs `live` (a game's live release found due): only if it is still live.
+pub async fn resign(context: &JobContext, live: &ReleaseRow) -> Result<Outcome, ReleaseError> {
+    let current = context.db.live_release(&live.game).await?;
+    if current.as_ref().map(|r| r.sequence) != Some(live.sequence) {
+        count(Reason::Resign, "moved");
+        return Ok(Outcome::Moved);
+    }
+    let manifest = build_manifest(context, &live.build_id).await?;
+    release_as(context, &manifest, Reason::Resign, Some(live.sequence)).await
+}
+
+async fn release_as(
+    context: &JobContext,
+    build_manifest: &Manifest,
+    reason: Reason,
+    due: Option<i64>,
+) -> Result<Outcome, ReleaseError> {
     let game = &build_manifest.game;
-    for _ in 0..8 {
-        let sequence = context.db.next_sequence(game).await?;
+    let build_id = &build_manifest.build_id;
+    for _ in 0..ATTEMPTS {
+        // Live first, then the rest: anything that changes what the decision depends on
+        // (a publish, a release) also moves the live sequence, so the set below fails.
+        let live = context.db.live_release(game).await?;
+        let newer_published =
+            reason == Reason::Publish && context.db.newer_build_published(game, build_id).await?;
+        let seen = Seen {
+            live: live.as_ref().map(|r| (r.sequence, r.build_id.as_str())),
+            newer_published,
+        };
+        let (sequence, expected) = match decide(reason, seen, build_id, due) {
+            Decision::Sign { sequence, expected } => (sequence, expected),
+            Decision::Superseded => {
+                tracing::info!(game = %game, build_id = %build_id, live = ?seen.live, "published, not made live: a build uploaded after it is live by its publish");
+                count(reason, "superseded");
+                return Ok(Outcome::Superseded);
+            }
+            Decision::Moved => {
+                tracing::debug!(game = %game, due = ?due, live = ?seen.live, "live release moved; no re-sign needed");
+                count(reason, "moved");
+                return Ok(Outcome::Moved);
+            }
+        };
         let expires = expiry(context.manifest_ttl);
         let signed = sign::release(build_manifest, sequence as u64, &expires, &context.signer);
         context
@@ -64,7 +180,7 @@ pub async fn release(
         let row = ReleaseRow {
             game: game.clone(),
             sequence,
-            build_id: build_manifest.build_id.clone(),
+            build_id: build_id.clone(),
             manifest_key: signed.key.clone(),
             sha256: signed.sha256.clone(),
             kid: signed.signature.kid.clone(),
@@ -73,19 +189,31 @@ pub async fn release(
             reason: reason.as_str().into(),
             created_at: kiln_common::db::now(),
         };
-        if context.db.insert_release(&row).await? {
-            tracing::info!(game = %game, sequence, build_id = %row.build_id, reason = reason.as_str(), "release signed");
-            // The per-class manifests exist from the start; the API serves the base
-            // manifest for a class only while they are being made.
-            if let Err(e) = decide_variants(context, &row, &signed.manifest).await {
-                tracing::warn!(game = %game, sequence, error = %e, "could not sign the per-class manifests yet");
-            }
-            return Ok(row);
+        if !context.db.insert_release_if_live(&row, expected).await? {
+            // Live moved since it was read: read it again and decide again.
+            tracing::debug!(game = %game, sequence, reason = reason.as_str(), "lost the release race; deciding again");
+            count(reason, "lost");
+            continue;
         }
+        count(reason, "won");
+        tracing::info!(game = %game, sequence, build_id = %row.build_id, reason = reason.as_str(), "release signed");
+        // The per-class manifests exist from the start; the API serves the base
+        // manifest for a class only while they are being made.
+        if let Err(e) = decide_variants(context, &row, &signed.manifest).await {
+            tracing::warn!(game = %game, sequence, error = %e, "could not sign the per-class manifests yet");
+        }
+        return Ok(Outcome::Signed(Box::new(row)));
     }
+    count(reason, "gave_up");
     Err(ReleaseError::Refused(format!(
-        "could not take a sequence number for {game} (too many concurrent releases)"
+        "could not make a release of {game} (live moved {ATTEMPTS} times while signing)"
     )))
+}
+
+fn count(reason: Reason, outcome: &str) {
+    metrics::RELEASE_ATTEMPTS
+        .with_label_values(&[reason.as_str(), outcome])
+        .inc();
 }
 
 /// Decides, per device class, each model's variant of the release (measured decode times of
@@ -226,7 +354,14 @@ pub async fn tick(
         }
         let outcome = match build_manifest(context, &request.build_id).await {
             Ok(manifest) if manifest.game == request.game => {
-                release(context, &manifest, Reason::Release).await
+                match release(context, &manifest, Reason::Release).await {
+                    Ok(Outcome::Signed(row)) => Ok(*row),
+                    Ok(other) => Err(ReleaseError::Refused(format!(
+                        "release of {} not made: {other:?}",
+                        request.build_id
+                    ))),
+                    Err(e) => Err(e),
+                }
             }
             Ok(manifest) => Err(ReleaseError::Refused(format!(
                 "build {} belongs to {}, not {}",
@@ -263,13 +398,8 @@ pub async fn tick(
     let due = due.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     // One game's failure (its manifest unreadable, say) must not keep the others expiring.
     for live in context.db.releases_expiring(&due).await? {
-        let resigned = match build_manifest(context, &live.build_id).await {
-            Ok(manifest) => release(context, &manifest, Reason::Resign)
-                .await
-                .map(|_| ()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = resigned {
+        // Only what is live now is re-signed; `resign` checks again at the set.
+        if let Err(e) = self::resign(context, &live).await {
             tracing::warn!(game = %live.game, sequence = live.sequence, error = %e, "could not re-sign the live release");
         }
     }

@@ -195,3 +195,66 @@ pub async fn report(
         )),
     }
 }
+
+#[utoipa::path(post, path = "/v1/builds/{id}/retry",
+    description = "Runs a failed build again from its kept original package: same id, every stage reset, queued; follow it at `status_url`. Only the owning team; only a failed build.",
+    params(("id" = String, Path, description = "The build's id")),
+    responses(
+        (status = 202, description = "Queued again", body = crate::routes::uploads::UploadResponse),
+        (status = 401, description = "No or unknown token", body = crate::error::ErrorBody),
+        (status = 404, description = "No such build of this team", body = crate::error::ErrorBody),
+        (status = 409, description = "The build is not failed, its package is gone, or another build of the same bytes and version exists", body = crate::error::ErrorBody),
+        (status = 503, description = "The queue is unavailable", body = crate::error::ErrorBody),
+    ),
+    security(("team_token" = [])))]
+pub async fn retry(
+    State(state): State<AppState>,
+    Team(team): Team,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<(
+    axum::http::StatusCode,
+    Json<crate::routes::uploads::UploadResponse>,
+)> {
+    use axum::http::StatusCode;
+    let build = owned_build(&state, &team, &id).await?;
+    let not_failed = |status: &str| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "not_failed",
+            format!("build {id} is {status}; only a failed build can be retried"),
+        )
+    };
+    if build.status != BuildStatus::Failed.as_str() {
+        return Err(not_failed(&build.status));
+    }
+    if state.storage.head(&build.package_key).await?.is_none() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "package_gone",
+            format!("build {id}'s package is no longer stored; upload it again"),
+        ));
+    }
+    if !state.db.requeue_failed_build(&id).await? {
+        // Retried by another request meanwhile.
+        let now = state.db.build(&id).await?.map(|b| b.status);
+        return Err(not_failed(now.as_deref().unwrap_or("gone")));
+    }
+    if let Err(e) = kiln_worker::job::enqueue(&state.db.queue, &id).await {
+        let reason = format!("could not queue the build: {e}");
+        let _ = state
+            .db
+            .set_build_status(&id, BuildStatus::Failed, Some(&reason))
+            .await;
+        return Err(ApiError::unavailable(reason));
+    }
+    tracing::info!(build_id = %id, game = %build.game, "failed build queued again");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(crate::routes::uploads::response(
+            &state,
+            &id,
+            BuildStatus::Queued.as_str(),
+            false,
+        )),
+    ))
+}

@@ -162,7 +162,7 @@ pub struct LibraryEntryView {
 }
 
 #[utoipa::path(get, path = "/v1/library",
-    description = "Every engine build in the shared library, with its reuse, loader outcomes and ROI (bytes saved against bytes stored). Any team token or the admin token.",
+    description = "The shared library's engine builds, with their reuse, loader outcomes and ROI (bytes saved against bytes stored). The admin token: every entry. A team token: only the entries its own games' builds carry, every count and total over its own games.",
     responses((status = 200, body = LibraryView), (status = 401, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     security(("team_token" = []), ("admin_token" = [])))]
@@ -171,14 +171,18 @@ pub async fn list(
     auth: Result<Team, ApiError>,
     admin: Result<Admin, ApiError>,
 ) -> ApiResult<Json<LibraryView>> {
-    if auth.is_err() {
-        admin?;
-    }
+    // An admin sees every entry; a team only those its own games use, counted over its own
+    // games (another team's games, builds and players are not its business).
+    let team = match (auth, admin) {
+        (_, Ok(_)) => None,
+        (Ok(Team(team)), _) => Some(team),
+        (Err(e), Err(_)) => return Err(e),
+    };
     let min_roi = state.config.library.min_roi;
     let base = state.config.public_url();
     let entries: Vec<LibraryEntryView> = state
         .db
-        .library()
+        .library_for(team.as_deref())
         .await?
         .into_iter()
         .map(|e| {

@@ -75,3 +75,60 @@ pub async fn create_token(
     state.db.create_token(&team_id, &token_hash(&token)).await?;
     Ok((StatusCode::CREATED, Json(TokenView { token, team_id })))
 }
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct TransferRequest {
+    /// The team that owns the game from now on.
+    pub team_id: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TransferView {
+    pub game: String,
+    pub team_id: String,
+    /// The game's live release, unchanged by the transfer (0: none yet).
+    pub live_sequence: i64,
+}
+
+#[utoipa::path(post, path = "/v1/games/{game}/transfer", request_body = TransferRequest,
+    description = "Gives a game to another team (admin). Its builds move with it (the new team sees and can release them, the old one no longer does); the live release stays live as it is.",
+    params(("game" = String, Path, description = "The game's name")),
+    responses((status = 200, body = TransferView),
+              (status = 400, body = crate::error::ErrorBody),
+              (status = 401, body = crate::error::ErrorBody),
+              (status = 403, body = crate::error::ErrorBody),
+              (status = 404, description = "No such game, or no such team", body = crate::error::ErrorBody),
+              (status = 413, body = crate::error::ErrorBody),
+              (status = 415, body = crate::error::ErrorBody),
+              (status = 503, body = crate::error::ErrorBody)),
+    security(("admin_token" = [])))]
+pub async fn transfer_game(
+    State(state): State<AppState>,
+    _: Admin,
+    ApiPath(game): ApiPath<String>,
+    ApiJson(request): ApiJson<TransferRequest>,
+) -> ApiResult<Json<TransferView>> {
+    if state.db.game_team(&game).await?.is_none() {
+        return Err(ApiError::not_found(format!("game {game} not found")));
+    }
+    if !state.db.team_exists(&request.team_id).await? {
+        return Err(ApiError::not_found(format!(
+            "team {} not found",
+            request.team_id
+        )));
+    }
+    if !state.db.transfer_game(&game, &request.team_id).await? {
+        return Err(ApiError::not_found(format!("game {game} not found")));
+    }
+    let live_sequence = state
+        .db
+        .live_release(&game)
+        .await?
+        .map_or(0, |r| r.sequence);
+    tracing::info!(%game, team_id = %request.team_id, "game transferred");
+    Ok(Json(TransferView {
+        game,
+        team_id: request.team_id,
+        live_sequence,
+    }))
+}

@@ -105,11 +105,11 @@ impl std::error::Error for BodyStop {}
     post,
     path = "/v1/games/{game}/builds",
     params(("game" = String, Path, description = "Game name: a-z, 0-9, - and _"), UploadQuery,
-           ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Same key, same build")),
+           ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Same key (for the same game), same build; a new key after a failed build of the same bytes makes a new build")),
     request_body(content = Vec<u8>, content_type = "application/zip", description = "The package (zip or tar.gz)"),
     responses(
         (status = 202, description = "Stored and queued", body = UploadResponse),
-        (status = 200, description = "These bytes were uploaded before: the existing build", body = UploadResponse),
+        (status = 200, description = "These bytes were uploaded before (and did not fail, or no new Idempotency-Key came), or this key was used for this game: the existing build", body = UploadResponse),
         (status = 400, description = "Bad game name, version, Idempotency-Key or query string; body is not the declared format, or was cut short", body = crate::error::ErrorBody),
         (status = 401, description = "No or unknown token", body = crate::error::ErrorBody),
         (status = 403, description = "The game belongs to another team", body = crate::error::ErrorBody),
@@ -160,16 +160,19 @@ pub async fn upload(
         ));
     }
 
-    let owner = state.db.claim_game(&game, &team).await?;
-    if owner != team {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("game {game:?} belongs to another team"),
-        ));
+    // Another team's game is refused before the body is read. Nobody's game is claimed
+    // only with the build row, once the body passed every check (a rejected upload claims
+    // nothing: `Db::insert_build`).
+    if state
+        .db
+        .game_team(&game)
+        .await?
+        .is_some_and(|owner| owner != team)
+    {
+        return Err(not_owner(&game));
     }
     if let Some(key) = &idempotency_key
-        && let Some(existing) = state.db.build_by_idempotency_key(&team, key).await?
+        && let Some(existing) = state.db.build_by_idempotency_key(&team, &game, key).await?
     {
         return Ok((
             StatusCode::OK,
@@ -270,6 +273,11 @@ pub async fn upload(
                 Json(response(&state, &existing.id, &existing.status, true)),
             ));
         }
+        Ok(Inserted::NotOwner) => {
+            // Another team claimed the name while this body was streaming.
+            let _ = state.storage.delete(&package_key).await;
+            return Err(not_owner(&game));
+        }
         Err(e) => {
             let _ = state.storage.delete(&package_key).await;
             return Err(e.into());
@@ -294,6 +302,14 @@ pub async fn upload(
     ))
 }
 
+fn not_owner(game: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!("game {game:?} belongs to another team"),
+    )
+}
+
 fn too_large(limit: u64) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -302,7 +318,7 @@ fn too_large(limit: u64) -> ApiError {
     )
 }
 
-fn response(state: &AppState, id: &str, status: &str, existing: bool) -> UploadResponse {
+pub(crate) fn response(state: &AppState, id: &str, status: &str, existing: bool) -> UploadResponse {
     let base = state.config.public_url();
     UploadResponse {
         build_id: id.to_string(),

@@ -101,33 +101,52 @@ impl Db {
     /// Every entry, biggest first, with reuse counts and telemetry outcomes (matched by
     /// engine and version: what the loader reports), shared hits among them.
     pub async fn library(&self) -> Result<Vec<LibraryRow>, DbError> {
+        self.library_for(None).await
+    }
+
+    /// [`Db::library`] as one team sees it (`Some(team)`): only the entries its own games'
+    /// builds carry, and every count (games, builds, loader outcomes) over its own games only.
+    pub async fn library_for(&self, team_id: Option<&str>) -> Result<Vec<LibraryRow>, DbError> {
+        // `$1`: the team, or '' for every team.
+        let mine = |column: &str| {
+            format!("($1 = '' OR {column} IN (SELECT name FROM games WHERE team_id = $1))")
+        };
         // Outcomes come from the hourly rollups, which outlive the raw events.
         let outcome = |outcome: &str| {
             format!(
                 "(SELECT CAST(COALESCE(SUM(p.count), 0) AS BIGINT) FROM preheat_hourly p \
-                 WHERE p.engine = e.engine AND p.version = e.version AND p.outcome = '{outcome}')"
+                 WHERE p.engine = e.engine AND p.version = e.version AND p.outcome = '{outcome}' \
+                 AND {})",
+                mine("p.game")
             )
         };
         let sql = format!(
             "SELECT e.sha256, e.engine, e.version, e.size, e.object_key, e.first_build_id, \
              e.created_at, \
-             (SELECT COUNT(DISTINCT r.game) FROM library_refs r WHERE r.sha256 = e.sha256) AS games, \
-             (SELECT COUNT(DISTINCT r.build_id) FROM library_refs r WHERE r.sha256 = e.sha256) AS builds, \
+             (SELECT COUNT(DISTINCT r.game) FROM library_refs r WHERE r.sha256 = e.sha256 \
+                AND {refs}) AS games, \
+             (SELECT COUNT(DISTINCT r.build_id) FROM library_refs r WHERE r.sha256 = e.sha256 \
+                AND {refs}) AS builds, \
              (SELECT COUNT(DISTINCT rel.game) FROM releases rel \
                 JOIN library_refs r ON r.build_id = rel.build_id WHERE r.sha256 = e.sha256 \
-                AND rel.sequence = (SELECT MAX(sequence) FROM releases WHERE game = rel.game)) \
-                AS live_games, \
+                AND rel.sequence = (SELECT MAX(sequence) FROM releases WHERE game = rel.game) \
+                AND {live}) AS live_games, \
              {} AS hits, {} AS misses, {} AS fallbacks, \
              CAST(COALESCE(e.br_size, e.size) AS BIGINT) AS br_size, \
              (SELECT CAST(COALESCE(SUM(p.shared_hits), 0) AS BIGINT) FROM preheat_hourly p \
-                WHERE p.engine = e.engine AND p.version = e.version AND p.outcome = 'hit') \
-                AS shared_hits \
-             FROM library_entries e ORDER BY e.size DESC, e.sha256",
+                WHERE p.engine = e.engine AND p.version = e.version AND p.outcome = 'hit' \
+                AND {shared}) AS shared_hits \
+             FROM library_entries e WHERE ($1 = '' OR e.sha256 IN (SELECT r.sha256 FROM library_refs r \
+                WHERE {refs})) ORDER BY e.size DESC, e.sha256",
             outcome("hit"),
             outcome("miss"),
             outcome("fallback"),
+            refs = mine("r.game"),
+            live = mine("rel.game"),
+            shared = mine("p.game"),
         );
         Ok(sqlx::query_as::<_, LibraryRow>(AssertSqlSafe(sql))
+            .bind(team_id.unwrap_or(""))
             .fetch_all(&self.pool)
             .await?)
     }

@@ -1,6 +1,8 @@
 //! Releases: every signed manifest a game has served, with its sequence and expiry. The
-//! live one is the highest sequence; a new release (publish, re-point, re-sign) only ever
-//! adds a higher one, so clients can refuse to go back.
+//! live one is the highest sequence (also kept as `games.live_sequence`); a new release
+//! (publish, re-point, re-sign) only ever adds the next one, through the compare-and-set
+//! [`Db::insert_release_if_live`], so clients can refuse to go back and no writer acts on a
+//! stale view of what is live (the rules are in `worker/src/release.rs`).
 
 use sqlx::Row;
 
@@ -100,19 +102,61 @@ impl Db {
         .await?)
     }
 
-    /// The sequence the next release of `game` takes.
-    pub async fn next_sequence(&self, game: &str) -> Result<i64, DbError> {
-        let row = sqlx::query("SELECT MAX(sequence) FROM releases WHERE game = $1")
-            .bind(game)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.get::<Option<i64>, _>(0).unwrap_or(0) + 1)
+    /// Whether a build of `game` uploaded after `build_id` (per-game upload order: upload
+    /// time, then id) has been made live by a publish. A publish of `build_id` must then not
+    /// make it live: a build finishing late never replaces a newer one (`worker/src/release.rs`).
+    pub async fn newer_build_published(&self, game: &str, build_id: &str) -> Result<bool, DbError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM releases r JOIN builds b ON b.id = r.build_id \
+             JOIN builds me ON me.id = $2 \
+             WHERE r.game = $1 AND r.reason = 'publish' AND b.id <> me.id \
+             AND (b.created_at > me.created_at OR (b.created_at = me.created_at AND b.id > me.id))",
+        )
+        .bind(game)
+        .bind(build_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.get::<i64, _>(0) > 0)
     }
 
-    /// Adds a release and makes its build the game's live one. `false` when another writer
-    /// took that sequence first (sign again with the next one).
-    pub async fn insert_release(&self, r: &ReleaseRow) -> Result<bool, DbError> {
+    /// The compare-and-set every change of a game's live release goes through: adds `r`
+    /// (whose `sequence` must be `expected + 1`) and makes its build live, only if the game's
+    /// live sequence is still `expected` (0: no release yet). `false`: another writer changed
+    /// what is live since it was read; nothing was written (read again and decide again).
+    ///
+    /// One transaction: `UPDATE games … WHERE live_sequence = expected` first, so the row is
+    /// locked and the condition checked against the latest committed value (PostgreSQL's
+    /// READ COMMITTED re-evaluates it after waiting for a concurrent writer's commit; SQLite
+    /// holds its one write lock from that statement on), then the release row. The
+    /// `(game, sequence)` primary key backs it up.
+    pub async fn insert_release_if_live(
+        &self,
+        r: &ReleaseRow,
+        expected: i64,
+    ) -> Result<bool, DbError> {
+        if r.sequence != expected + 1 {
+            return Err(DbError::Conflict(format!(
+                "release {} of {} does not follow the expected live sequence {expected}",
+                r.sequence, r.game
+            )));
+        }
         let mut tx = self.pool.begin().await?;
+        let swapped = sqlx::query(
+            "UPDATE games SET live_sequence = $1, live_build_id = $2 \
+             WHERE name = $3 AND live_sequence = $4",
+        )
+        .bind(r.sequence)
+        .bind(&r.build_id)
+        .bind(&r.game)
+        .bind(expected)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !swapped {
+            tx.rollback().await?;
+            return Ok(false);
+        }
         let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO releases ({RELEASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (game, sequence) DO NOTHING"
@@ -135,11 +179,6 @@ impl Db {
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query("UPDATE games SET live_build_id = $1 WHERE name = $2")
-            .bind(&r.build_id)
-            .bind(&r.game)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(true)
     }
