@@ -16,7 +16,8 @@ mod telemetry;
 pub use library::{LibraryFile, LibraryRow};
 pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
 pub use telemetry::{
-    DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
+    ClientSketchRow, DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent,
+    TelemetryEvent,
 };
 
 /// Build status as stored and as served.
