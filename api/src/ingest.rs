@@ -151,9 +151,9 @@ impl Ingest {
                 Some(at) => {
                     at.elapsed() >= LIBRARY_REFRESH
                         || (at.elapsed() >= Duration::from_secs(1)
-                            && events.iter().any(|e| {
-                                e.kind == "preheat" && !sizes.1.contains_key(&key(e))
-                            }))
+                            && events
+                                .iter()
+                                .any(|e| e.kind == "preheat" && !sizes.1.contains_key(&key(e))))
                 }
             }
         };

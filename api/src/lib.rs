@@ -177,9 +177,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let config = Arc::new(config);
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
-    let (beacon_secret, _) = kiln_common::telemetry::BeaconSecret::load_or_generate(
-        &config.telemetry_secret_path(),
-    )?;
+    let (beacon_secret, _) =
+        kiln_common::telemetry::BeaconSecret::load_or_generate(&config.telemetry_secret_path())?;
     let (ingest, ingest_task) = ingest::Ingest::start(
         db.clone(),
         config.telemetry.clone(),

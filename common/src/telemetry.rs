@@ -126,7 +126,12 @@ impl BeaconSecret {
 
     /// Whether `claim` is a token Kiln issued for `game` that has not expired at `now`
     /// (compared in constant time).
-    pub fn verify(&self, game: &str, claim: &BeaconClaim, now: chrono::DateTime<chrono::Utc>) -> bool {
+    pub fn verify(
+        &self,
+        game: &str,
+        claim: &BeaconClaim,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> bool {
         let Ok(expires) = chrono::DateTime::parse_from_rfc3339(&claim.expires) else {
             return false;
         };
@@ -153,7 +158,12 @@ impl BeaconSecret {
                 }
             },
         };
-        hex::encode(&self.mac(&format!("client|{prefix}")).finalize().into_bytes()[..12])
+        hex::encode(
+            &self
+                .mac(&format!("client|{prefix}"))
+                .finalize()
+                .into_bytes()[..12],
+        )
     }
 }
 
@@ -176,7 +186,11 @@ fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
         Ok(mut file) => file.write_all(text.as_bytes()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),

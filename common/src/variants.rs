@@ -244,7 +244,11 @@ mod tests {
             ..VariantsConfig::default()
         };
         assert_eq!(choose(&model(), "android-mid", &few, &off).explore, None);
-        assert!(c.detail.contains("quantized 19 from 19 clients"), "{}", c.detail);
+        assert!(
+            c.detail.contains("quantized 19 from 19 clients"),
+            "{}",
+            c.detail
+        );
         // A model without a meshopt variant keeps its preferred one.
         let mut plain = model();
         plain.variants.retain(|v| v.variant != "meshopt");

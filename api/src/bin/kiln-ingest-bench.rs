@@ -196,11 +196,8 @@ async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<R
     let requests_per_second = (args.rate as f64 / batch as f64).max(1.0);
     let total_requests = (requests_per_second * args.seconds as f64) as usize;
     let interval = Duration::from_secs_f64(1.0 / requests_per_second);
-    let bodies: Arc<Vec<String>> = Arc::new(
-        (0..64)
-            .map(|s| beacon(s, batch, &server.secret))
-            .collect(),
-    );
+    let bodies: Arc<Vec<String>> =
+        Arc::new((0..64).map(|s| beacon(s, batch, &server.secret)).collect());
     let url = Arc::new(format!("{}/v1/telemetry", server.url));
     let start = Instant::now() + Duration::from_millis(200);
     let mut tasks = Vec::new();

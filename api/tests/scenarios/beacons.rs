@@ -59,7 +59,10 @@ async fn choice(kiln: &Kiln, game: &str, class: &str) -> Value {
     eventually(&format!("the {class} manifest of {game}"), || async {
         let response = kiln
             .http
-            .get(format!("{}/v1/games/{game}/manifest?device={class}", kiln.url))
+            .get(format!(
+                "{}/v1/games/{game}/manifest?device={class}",
+                kiln.url
+            ))
             .send()
             .await
             .unwrap();
@@ -229,7 +232,10 @@ pub async fn forged_decode_beacons_do_not_steer_variant_choices(deployment: Depl
             .flat_map(|_| {
                 [
                     with_token(decode(game, "meshopt", meshopt_ms, class_device), &token),
-                    with_token(decode(game, "quantized", quantized_ms, class_device), &token),
+                    with_token(
+                        decode(game, "quantized", quantized_ms, class_device),
+                        &token,
+                    ),
                 ]
             })
             .collect()
@@ -310,8 +316,10 @@ pub async fn forged_preheat_beacons_do_not_move_library_roi(deployment: Deployme
     })
     .await;
     let (_, team) = kiln.team("roi").await;
-    kiln.publish(&team, "roi-a", "1.0.0", sample_package()).await;
-    kiln.publish(&team, "roi-b", "1.0.0", sample_package()).await;
+    kiln.publish(&team, "roi-a", "1.0.0", sample_package())
+        .await;
+    kiln.publish(&team, "roi-b", "1.0.0", sample_package())
+        .await;
     let (_, library) = kiln.get_json(&team, "/v1/library").await;
     let entry = library["entries"][0].clone();
     let version = entry["version"].as_str().unwrap().to_string();
@@ -410,10 +418,7 @@ pub async fn beacons_are_rate_limited_per_game(deployment: Deployment) {
                 .get("retry-after")
                 .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
             let body: Value = response.json().await.unwrap();
-            assert!(
-                body.to_string().contains("for this game"),
-                "{body}"
-            );
+            assert!(body.to_string().contains("for this game"), "{body}");
         }
     }
     // Five a minute, a token back every 12 s: a slow machine may see one more through.

@@ -5,8 +5,8 @@
 
 use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
-    BeaconToken, BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine, ManifestFile,
-    ManifestModel, ManifestVat, ModelVariant, VariantChoice,
+    BeaconToken, BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine,
+    ManifestFile, ManifestModel, ManifestVat, ModelVariant, VariantChoice,
 };
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use kiln_common::telemetry::BeaconSecret;
