@@ -294,7 +294,7 @@ pub static LIBRARY_VERSION_ROI: LazyLock<prometheus::GaugeVec> = LazyLock::new(|
 
 /// The label for a value a client sent: kept only when it is in the closed set the server
 /// knows (`known`), else `other`, so no beacon can add series.
-fn closed_label<'a>(value: Option<&'a str>, known: impl Fn(&str) -> bool) -> &'a str {
+fn closed_label(value: Option<&str>, known: impl Fn(&str) -> bool) -> &str {
     match value {
         Some(v) if known(v) => v,
         _ => "other",
