@@ -112,11 +112,30 @@
     if (!queue.length) setTimeout(flush, 0);
     queue.push(ev);
   }
-  function flush() {
+  // Each game's beacon token (from its newest verified manifest): Kiln counts a beacon in
+  // its decisions only with it (docs/telemetry.md).
+  var tokens = {};
+  function tokened(ev) {
+    var t = ev && tokens[ev.game], out = {}, k;
+    if (!t || ev.beacon) return ev;
+    for (k in ev) out[k] = ev[k];
+    out.beacon = t;
+    return out;
+  }
+  var tokenWait = false;
+  function flush(force) {
     var batch = queue, url = S.telemetry;
+    // A manifest being verified brings its game's token: wait for it (never at pagehide).
+    if (force !== true && url && pending.length && batch.some(function (e) { return !tokens[e.game]; })) {
+      if (!tokenWait) {
+        tokenWait = true;
+        Promise.all(pending.map(function (p) { return p.then(noop, noop); })).then(function () { tokenWait = false; flush(true); });
+      }
+      return;
+    }
     queue = [];
     if (!batch.length || !url) return;
-    var body = JSON.stringify({ events: batch });
+    var body = JSON.stringify({ events: batch.map(tokened) });
     try { if (nav.sendBeacon && nav.sendBeacon(url, body)) return; } catch (e) { /* fall through */ }
     try {
       G.fetch(url, { method: 'POST', body: body, keepalive: true, headers: { 'content-type': 'text/plain' } }).catch(noop);
@@ -526,7 +545,10 @@
     return p.then(learnManifest);
   }
   function learnManifest(m) {
-      var ds = [];
+      var ds = [], t = tokens[m.game];
+      if (m.beacon && typeof m.beacon.token === 'string' && (!t || t.sequence <= m.sequence)) {
+        tokens[m.game] = { token: m.beacon.token, sequence: m.sequence, expires: m.beacon.expires };
+      }
       (m.engines || []).forEach(function (e) {
         var d = norm(e, m.game, false);
         if (d) { ds.push(d); known[d.name] = d; }
@@ -573,7 +595,7 @@
         engineEvent(rec.d, rec.r ? rec.r.outcome : 'error', rec.r ? rec.r.reason : why(rec.e), rec.t1 - rec.t0, false);
       }
     }
-    flush();
+    flush(true);
   }
 
   // ---- models: the variant chosen for this device, else the one that needs no decoder ----

@@ -15,6 +15,7 @@ use kiln_common::config::TelemetryConfig;
 use kiln_common::db::{Db, TelemetryEvent};
 use kiln_common::metrics;
 use kiln_common::rollups::{Rollup, hour_of};
+use kiln_common::telemetry::BeaconSecret;
 use tokio::sync::{mpsc, watch};
 
 /// Events received together, with the time they were received.
@@ -31,6 +32,7 @@ pub struct Ingest {
     backlog_max: usize,
     games: Arc<KnownGames>,
     sizes: Arc<TransferSizes>,
+    secret: Arc<BeaconSecret>,
 }
 
 /// The games Kiln knows, so only their names become metric labels.
@@ -39,12 +41,16 @@ struct KnownGames {
 }
 
 /// What the CDN sends for each engine version in the library, for the bytes a shared hit
-/// saved.
-type SizeMap = HashMap<(String, String), i64>;
+/// saved; its keys are the engines and versions metric labels may name.
+pub type SizeMap = HashMap<(String, String), i64>;
+
+/// The library's engine versions are read again at least this often, and at most once a
+/// second when a beacon names one not seen before.
+const LIBRARY_REFRESH: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct TransferSizes {
-    sizes: RwLock<(Option<Instant>, SizeMap)>,
+    sizes: RwLock<(Option<Instant>, Arc<SizeMap>)>,
 }
 
 impl Ingest {
@@ -52,6 +58,7 @@ impl Ingest {
     pub fn start(
         db: Db,
         config: TelemetryConfig,
+        secret: BeaconSecret,
         stopped: watch::Receiver<bool>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (queue, received) = mpsc::unbounded_channel();
@@ -63,6 +70,7 @@ impl Ingest {
                 names: RwLock::new((None, HashSet::new())),
             }),
             sizes: Default::default(),
+            secret: Arc::new(secret),
         };
         let writer = Writer {
             db,
@@ -120,39 +128,45 @@ impl Ingest {
             .collect()
     }
 
-    /// The transfer size (brotli form) of each engine version the shared hits in `events`
-    /// name: refreshed from the database at most once a second, when one not seen before
-    /// arrives.
-    pub async fn transfer_sizes(&self, db: &Db, events: &[TelemetryEvent]) -> SizeMap {
+    /// The secret beacon tokens are checked with.
+    pub fn secret(&self) -> &BeaconSecret {
+        &self.secret
+    }
+
+    /// The library's engine versions with their transfer sizes (brotli form): the only
+    /// engines and versions a metric label may name, and what a shared hit saved. Cached;
+    /// read again every `LIBRARY_REFRESH`, or at most once a second when a pre-warm event
+    /// names one not seen before.
+    pub async fn library_versions(&self, db: &Db, events: &[TelemetryEvent]) -> Arc<SizeMap> {
         let key = |e: &TelemetryEvent| {
             (
                 e.engine.clone().unwrap_or_default(),
                 e.version.clone().unwrap_or_default(),
             )
         };
-        let shared: Vec<&TelemetryEvent> = events
-            .iter()
-            .filter(|e| e.kind == "preheat" && e.shared == Some(true))
-            .collect();
-        if shared.is_empty() {
-            return SizeMap::new();
-        }
-        let missing = {
+        let refresh = {
             let sizes = self.sizes.sizes.read().expect("transfer sizes");
-            let stale = sizes
-                .0
-                .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
-            stale && shared.iter().any(|e| !sizes.1.contains_key(&key(e)))
+            match sizes.0 {
+                None => true,
+                Some(at) => {
+                    at.elapsed() >= LIBRARY_REFRESH
+                        || (at.elapsed() >= Duration::from_secs(1)
+                            && events
+                                .iter()
+                                .any(|e| e.kind == "preheat" && !sizes.1.contains_key(&key(e))))
+                }
+            }
         };
-        if missing && let Ok(fresh) = db.library_transfer_sizes().await {
-            *self.sizes.sizes.write().expect("transfer sizes") = (Some(Instant::now()), fresh);
+        if refresh {
+            match db.library_transfer_sizes().await {
+                Ok(fresh) => {
+                    *self.sizes.sizes.write().expect("transfer sizes") =
+                        (Some(Instant::now()), Arc::new(fresh))
+                }
+                Err(e) => tracing::warn!(error = %e, "could not read the library's versions"),
+            }
         }
-        let sizes = self.sizes.sizes.read().expect("transfer sizes");
-        shared
-            .iter()
-            .filter_map(|e| sizes.1.get_key_value(&key(e)))
-            .map(|(k, v)| (k.clone(), *v))
-            .collect()
+        self.sizes.sizes.read().expect("transfer sizes").1.clone()
     }
 }
 

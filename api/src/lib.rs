@@ -267,8 +267,14 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let config = Arc::new(config);
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
-    let (ingest, ingest_task) =
-        ingest::Ingest::start(db.clone(), config.telemetry.clone(), stopped.clone());
+    let (beacon_secret, _) =
+        kiln_common::telemetry::BeaconSecret::load_or_generate(&config.telemetry_secret_path())?;
+    let (ingest, ingest_task) = ingest::Ingest::start(
+        db.clone(),
+        config.telemetry.clone(),
+        beacon_secret,
+        stopped.clone(),
+    );
     let state = AppState {
         ingest,
         db: db.clone(),

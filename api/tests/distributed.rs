@@ -143,3 +143,27 @@ async fn library_saves_only_what_another_game_brought() {
 async fn play_reads_each_manifest_once_and_follows_releases() {
     scenarios::play_reads_each_manifest_once_and_follows_releases(Distributed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn beacon_metric_labels_stay_bounded() {
+    scenarios::beacon_metric_labels_stay_bounded(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn forged_decode_beacons_do_not_steer_variant_choices() {
+    scenarios::forged_decode_beacons_do_not_steer_variant_choices(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn forged_preheat_beacons_do_not_move_library_roi() {
+    scenarios::forged_preheat_beacons_do_not_move_library_roi(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn beacons_are_rate_limited_per_game() {
+    scenarios::beacons_are_rate_limited_per_game(Distributed).await;
+}

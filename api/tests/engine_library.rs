@@ -128,7 +128,11 @@ fn route(url: &str, body: &[u8], signature: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn engine_library_in_a_real_browser() {
     // Workers re-decide per-class variants every second here (60 s by default).
-    let kiln = Kiln::start_with(Deployment::Embedded, |c| c.variants.refresh_secs = 1).await;
+    let kiln = Kiln::start_with(Deployment::Embedded, |c| {
+        c.variants.refresh_secs = 1;
+        c.telemetry.client_ip_header = "x-real-ip".into();
+    })
+    .await;
     let (_, token) = kiln.team("e2e").await;
     let mut builds = Vec::new();
     for (game, package) in [
@@ -478,8 +482,33 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str, pag
                 "variant": variant, "decoder": decoder, "bytes": 50000, "ms": ms, "device": low_end}));
         }
     }
-    for chunk in events.chunks(40) {
-        assert_eq!(kiln.send_beacon(chunk).await.status(), 202);
+    // With the manifest's beacon token, from 20 players (only trusted beacons from enough
+    // distinct clients decide).
+    let live: Value = kiln
+        .http
+        .get(&manifest)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let beacon = json!({"token": live["beacon"]["token"], "sequence": live["sequence"],
+                        "expires": live["beacon"]["expires"]});
+    for event in &mut events {
+        event["beacon"] = beacon.clone();
+    }
+    for (player, chunk) in events.chunks(4).enumerate() {
+        let response = kiln
+            .http
+            .post(format!("{url}/v1/telemetry"))
+            .header("content-type", "text/plain")
+            .header("x-real-ip", format!("192.0.2.{player}"))
+            .body(json!({ "events": chunk }).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202);
     }
     let decodes_sent = events.len() as i64 + 2 + page_decodes;
 
@@ -511,7 +540,9 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str, pag
     ] {
         let raw = stored
             .iter()
-            .filter(|e| e.kind == "preheat" && e.outcome.as_deref() == Some(outcome))
+            .filter(|e| {
+                e.kind == "preheat" && e.outcome.as_deref() == Some(outcome) && e.trusted == Some(1)
+            })
             .count() as f64;
         let rolled = totals[field].as_f64().unwrap();
         let counted = metric_sum(

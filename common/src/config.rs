@@ -265,6 +265,12 @@ pub struct TelemetryConfig {
     pub max_events: usize,
     /// Requests per minute one client (address) may send; bursts up to the same number.
     pub rate_per_minute: u32,
+    /// Requests per minute naming one game (all clients together; unregistered names share
+    /// one allowance); bursts up to the same number.
+    pub game_rate_per_minute: u32,
+    /// The secret API and workers share for beacon tokens (HMAC-SHA256 key, 32 bytes hex).
+    /// Empty: `{data_dir}/keys/telemetry.key`, generated on first start.
+    pub secret_file: String,
     /// Behind a proxy or CDN: the request header that carries the client's address
     /// (e.g. `x-real-ip`, `cf-connecting-ip`). Empty: the connection's peer address.
     pub client_ip_header: String,
@@ -288,6 +294,8 @@ impl Default for TelemetryConfig {
             max_body_bytes: 64 * 1024,
             max_events: 200,
             rate_per_minute: 600,
+            game_rate_per_minute: 60_000,
+            secret_file: String::new(),
             client_ip_header: String::new(),
             backlog_max: 500_000,
             batch_max: 20_000,
@@ -311,6 +319,9 @@ pub struct VariantsConfig {
     pub slow_classes: Vec<String>,
     /// Measured decodes per variant needed before measurements decide.
     pub min_samples: u64,
+    /// Distinct clients (trusted beacons, by salted address hash) per variant needed before
+    /// measurements decide.
+    pub min_clients: u64,
     /// How far back measurements count.
     pub window_hours: u64,
     /// How often workers re-decide and re-sign the per-class manifests.
@@ -338,6 +349,7 @@ impl Default for VariantsConfig {
                 .collect(),
             slow_classes: vec!["android-low".into()],
             min_samples: 20,
+            min_clients: 10,
             window_hours: 24 * 7,
             refresh_secs: 60,
             explore_per_mille: 50,
@@ -513,6 +525,10 @@ impl Config {
             "KILN_TELEMETRY_RATE_PER_MINUTE" => {
                 self.telemetry.rate_per_minute = (num()? as u32).max(1)
             }
+            "KILN_TELEMETRY_GAME_RATE_PER_MINUTE" => {
+                self.telemetry.game_rate_per_minute = (num()? as u32).max(1)
+            }
+            "KILN_TELEMETRY_SECRET_FILE" => self.telemetry.secret_file = value.into(),
             "KILN_TELEMETRY_BACKLOG_MAX" => self.telemetry.backlog_max = (num()? as usize).max(1),
             "KILN_TELEMETRY_BATCH_MAX" => self.telemetry.batch_max = (num()? as usize).max(1),
             "KILN_TELEMETRY_FLUSH_MS" => self.telemetry.flush_ms = num()?.max(1),
@@ -549,6 +565,7 @@ impl Config {
                     .collect()
             }
             "KILN_VARIANT_MIN_SAMPLES" => self.variants.min_samples = num()?.max(1),
+            "KILN_VARIANT_MIN_CLIENTS" => self.variants.min_clients = num()?.max(1),
             "KILN_VARIANT_WINDOW_HOURS" => self.variants.window_hours = num()?.max(1),
             "KILN_VARIANT_REFRESH_SECS" => self.variants.refresh_secs = num()?.max(1),
             "KILN_VARIANT_EXPLORE_PER_MILLE" => {
@@ -645,6 +662,15 @@ impl Config {
             self.data_dir.join("keys").join("root.key")
         } else {
             PathBuf::from(&self.root_key_file)
+        }
+    }
+
+    /// The beacon-token secret API and workers share.
+    pub fn telemetry_secret_path(&self) -> PathBuf {
+        if self.telemetry.secret_file.is_empty() {
+            self.data_dir.join("keys").join("telemetry.key")
+        } else {
+            PathBuf::from(&self.telemetry.secret_file)
         }
     }
 

@@ -19,7 +19,8 @@ pub use library::{LibraryFile, LibraryRow};
 pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
 pub use sessions::SessionOwner;
 pub use telemetry::{
-    DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent, TelemetryEvent,
+    ClientSketchRow, DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent,
+    TelemetryEvent,
 };
 pub use trust::TrustRow;
 

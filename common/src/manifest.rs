@@ -53,6 +53,17 @@ pub struct Manifest {
     /// origin), added to the policy its pages are served with (`kiln_common::csp`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub csp: crate::csp::Extension,
+    /// On a release: the token the loader sends with its beacons of this game, so Kiln
+    /// counts them in its decisions (`docs/telemetry.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beacon: Option<BeaconToken>,
+}
+
+/// `HMAC-SHA256(telemetry secret, game|sequence|expires)`, hex, valid until `expires`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeaconToken {
+    pub token: String,
+    pub expires: String,
 }
 
 /// One engine file of the build, served from the shared library.
@@ -130,9 +141,13 @@ pub struct VariantEstimate {
     pub bytes: u64,
     /// `bytes` over the class's assumed bandwidth.
     pub transfer_ms: u64,
-    /// Measured on the class; absent without measurements.
+    /// Measured on the class (trusted beacons): the median over clients of each client's
+    /// p90; absent without measurements.
     pub decode_p90_ms: Option<u64>,
     pub samples: u64,
+    /// Distinct clients behind `samples`.
+    #[serde(default)]
+    pub clients: u64,
     pub total_ms: Option<u64>,
 }
 

@@ -205,7 +205,7 @@ pub static LIBRARY_BYTES_SAVED: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub static TELEMETRY_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "kiln_telemetry_events_total",
-        "Beacon events received, by result (accepted, rejected, or dropped when the ingest backlog was full)",
+        "Beacon events received, by result (accepted; of those, untrusted: without a valid manifest token; rejected; or dropped when the ingest backlog was full)",
         &["result"],
     )
 });
@@ -304,81 +304,83 @@ pub static LIBRARY_VERSION_ROI: LazyLock<prometheus::GaugeVec> = LazyLock::new(|
     )
 });
 
-/// A label value from a client: kept when short and plain, else `other`, so a beacon
-/// can't blow up the label space.
-fn plain_label(value: &str) -> &str {
-    if !value.is_empty()
-        && value.len() <= 32
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
-    {
-        value
-    } else {
-        "other"
+/// The label for a value a client sent: kept only when it is in the closed set the server
+/// knows (`known`), else `other`, so no beacon can add series.
+fn closed_label(value: Option<&str>, known: impl Fn(&str) -> bool) -> &str {
+    match value {
+        Some(v) if known(v) => v,
+        _ => "other",
     }
 }
 
-/// Counts a beacon's events. Labels are bounded: device classes come from the rule table,
-/// variants, decoders and outcomes from fixed lists, and `game` is kept only for games Kiln
-/// knows (`known_game`), else `other`. A shared pre-warm hit adds what the CDN sends for the
-/// engine version (`transfer_size(engine, version)`, its brotli form) to the bytes saved.
+/// Counts a beacon's events. Every label comes from a closed set: device classes from the
+/// rule table; outcomes, reasons, variants and decoders from the parser's fixed lists;
+/// `game` only for games Kiln knows (`known_game`) and `engine` only for engines the
+/// library holds (`library`, (engine, version) → transfer size), else `other`. Only trusted
+/// events (a valid manifest token) are counted; the untrusted ones are counted apart in
+/// `kiln_telemetry_events_total{result="untrusted"}`. A shared pre-warm hit adds what the
+/// CDN sends for the engine version (its brotli form) to the bytes saved.
 pub fn record_telemetry(
     events: &[crate::db::TelemetryEvent],
     rejected: usize,
     known_game: impl Fn(&str) -> bool,
-    transfer_size: impl Fn(&str, &str) -> Option<i64>,
+    library: &std::collections::HashMap<(String, String), i64>,
 ) {
-    for e in events {
-        let class = e.device_class.as_str();
+    let known_engine = |name: &str| library.keys().any(|(engine, _)| engine == name);
+    let one_of = |value: Option<&str>, allowed: &[&str]| -> String {
+        match value {
+            None => String::new(),
+            Some(v) if allowed.contains(&v) => v.to_string(),
+            Some(_) => "other".into(),
+        }
+    };
+    let mut untrusted = 0;
+    for e in events.iter() {
+        if !e.trusted {
+            untrusted += 1;
+            continue;
+        }
+        let class = closed_label(Some(e.device_class.as_str()), |c| {
+            crate::devices::CLASSES.contains(&c)
+        });
         match e.kind.as_str() {
             "preheat" => {
-                let engine = plain_label(e.engine.as_deref().unwrap_or(""));
-                let outcome = e.outcome.as_deref().unwrap_or("");
-                let game = if known_game(&e.game) {
-                    e.game.as_str()
-                } else {
-                    "other"
-                };
+                let engine = closed_label(e.engine.as_deref(), known_engine);
+                let outcome = one_of(e.outcome.as_deref(), crate::telemetry::OUTCOMES);
+                let reason = one_of(e.reason.as_deref(), crate::telemetry::REASONS);
+                let game = closed_label(Some(e.game.as_str()), &known_game);
                 PREHEAT_OUTCOMES
-                    .with_label_values(&[
-                        game,
-                        engine,
-                        outcome,
-                        e.reason.as_deref().unwrap_or(""),
-                        class,
-                    ])
+                    .with_label_values(&[game, engine, outcome.as_str(), reason.as_str(), class])
                     .inc();
                 if let Some(ms) = e.ms {
                     PREHEAT_DURATION
-                        .with_label_values(&[engine, outcome, class])
+                        .with_label_values(&[engine, outcome.as_str(), class])
                         .observe(ms / 1000.0);
                 }
                 if outcome == "hit"
                     && e.shared == Some(true)
-                    && let Some(bytes) = transfer_size(
-                        e.engine.as_deref().unwrap_or(""),
-                        e.version.as_deref().unwrap_or(""),
-                    )
+                    && let Some(bytes) = library.get(&(
+                        e.engine.clone().unwrap_or_default(),
+                        e.version.clone().unwrap_or_default(),
+                    ))
                 {
                     LIBRARY_BYTES_SAVED
                         .with_label_values(&[engine])
-                        .inc_by(bytes.max(0) as u64);
+                        .inc_by((*bytes).max(0) as u64);
                 }
             }
             "decode" => {
+                let variant = one_of(e.variant.as_deref(), crate::telemetry::VARIANTS);
+                let decoder = one_of(e.decoder.as_deref(), crate::telemetry::DECODERS);
                 if let Some(ms) = e.ms {
                     DECODE_DURATION
-                        .with_label_values(&[
-                            e.variant.as_deref().unwrap_or(""),
-                            e.decoder.as_deref().unwrap_or(""),
-                            class,
-                        ])
+                        .with_label_values(&[variant.as_str(), decoder.as_str(), class])
                         .observe(ms / 1000.0);
                 }
                 if e.fallback == Some(true) {
+                    let reason = one_of(e.reason.as_deref(), crate::telemetry::DECODE_REASONS);
                     DECODE_FALLBACKS
-                        .with_label_values(&[class, e.reason.as_deref().unwrap_or("")])
+                        .with_label_values(&[class, reason.as_str()])
                         .inc();
                 }
             }
@@ -388,6 +390,9 @@ pub fn record_telemetry(
     TELEMETRY_EVENTS
         .with_label_values(&["accepted"])
         .inc_by(events.len() as u64);
+    TELEMETRY_EVENTS
+        .with_label_values(&["untrusted"])
+        .inc_by(untrusted);
     TELEMETRY_EVENTS
         .with_label_values(&["rejected"])
         .inc_by(rejected as u64);

@@ -98,21 +98,41 @@ pub struct Sums {
     pub ms_sum: f64,
 }
 
+/// One client's decode latencies: the variant choices count each client once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientLatencyKey {
+    pub hour: String,
+    pub game: String,
+    pub asset: String,
+    pub variant: String,
+    pub device_class: String,
+    pub client: String,
+    pub bucket: i32,
+}
+
 /// What a batch adds to the rollups; written with one upsert per key.
 #[derive(Debug, Default)]
 pub struct Rollup {
     pub preheat: HashMap<PreheatKey, Sums>,
     pub decode: HashMap<DecodeKey, Sums>,
     pub latency: HashMap<LatencyKey, i64>,
+    pub client_latency: HashMap<ClientLatencyKey, i64>,
 }
 
 impl Rollup {
     pub fn is_empty(&self) -> bool {
-        self.preheat.is_empty() && self.decode.is_empty() && self.latency.is_empty()
+        self.preheat.is_empty()
+            && self.decode.is_empty()
+            && self.latency.is_empty()
+            && self.client_latency.is_empty()
     }
 
-    /// Adds one event received in `hour`. Manifest events are kept raw only.
+    /// Adds one event received in `hour`. Manifest events, and events without a valid
+    /// manifest token (untrusted), are kept raw only.
     pub fn add(&mut self, hour: &str, e: &TelemetryEvent) {
+        if !e.trusted {
+            return;
+        }
         let text = |v: &Option<String>| v.clone().unwrap_or_default();
         let (kind, subject, facet) = match e.kind.as_str() {
             "preheat" => {
@@ -155,6 +175,20 @@ impl Rollup {
             }
             _ => return,
         };
+        if let (Some(ms), "decode", Some(client)) = (e.ms, kind, &e.client) {
+            *self
+                .client_latency
+                .entry(ClientLatencyKey {
+                    hour: hour.to_string(),
+                    game: e.game.clone(),
+                    asset: text(&e.asset),
+                    variant: text(&e.variant),
+                    device_class: e.device_class.clone(),
+                    client: client.clone(),
+                    bucket: bucket_of(ms),
+                })
+                .or_default() += 1;
+        }
         if let Some(ms) = e.ms {
             *self
                 .latency
@@ -221,6 +255,67 @@ pub fn quantiles_by_key(rows: &[crate::db::SketchRow], q: f64) -> HashMap<Sketch
     .collect()
 }
 
+/// What the variant choices read per (asset, variant, device class): decodes, distinct
+/// clients, and the robust decode time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RobustDecode {
+    pub samples: u64,
+    pub clients: u64,
+    /// The median over clients of each client's `q` quantile: every client has one vote
+    /// however many beacons it sends, and fewer than half the clients can't move it past
+    /// the values honest clients report.
+    pub ms: f64,
+}
+
+/// Per-client sketches (`decode_client_buckets`) → [`RobustDecode`] per (asset, variant,
+/// device class), each client's `q` quantile (p90) then the median across clients.
+pub fn robust_decodes(
+    rows: &[crate::db::ClientSketchRow],
+    q: f64,
+) -> HashMap<SketchKey, RobustDecode> {
+    let mut per_client: HashMap<(SketchKey, &str), Vec<(i32, i64)>> = HashMap::new();
+    for row in rows {
+        per_client
+            .entry((
+                SketchKey {
+                    subject: row.asset.clone(),
+                    facet: row.variant.clone(),
+                    device_class: row.device_class.clone(),
+                },
+                row.client.as_str(),
+            ))
+            .or_default()
+            .push((row.bucket as i32, row.count));
+    }
+    let mut by_key: HashMap<SketchKey, (u64, Vec<f64>)> = HashMap::new();
+    for ((key, _), buckets) in per_client {
+        let Some(value) = quantile(&buckets, q) else {
+            continue;
+        };
+        let n: i64 = buckets.iter().map(|(_, n)| n).sum();
+        let entry = by_key.entry(key).or_default();
+        entry.0 += n.max(0) as u64;
+        entry.1.push(value);
+    }
+    by_key
+        .into_iter()
+        .map(|(key, (samples, mut values))| {
+            values.sort_by(f64::total_cmp);
+            // The lower median: with an even count, the honest half's upper end can't be
+            // pushed by the other half.
+            let ms = values[(values.len() - 1) / 2];
+            (
+                key,
+                RobustDecode {
+                    samples,
+                    clients: values.len() as u64,
+                    ms,
+                },
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +376,8 @@ mod tests {
             bytes: Some(100),
             ms,
             device_class: class.into(),
+            trusted: true,
+            client: Some("c1".into()),
             ..TelemetryEvent::default()
         };
         let mut r = Rollup::default();
@@ -307,5 +404,69 @@ mod tests {
         let mut counts: Vec<i64> = r.latency.values().copied().collect();
         counts.sort_unstable();
         assert_eq!(counts, vec![1, 2]);
+        // The decode's latency, per client too.
+        assert_eq!(r.client_latency.len(), 1);
+        // Without a valid manifest token an event feeds no rollup.
+        let mut untrusted = Rollup::default();
+        untrusted.add(
+            &hour,
+            &TelemetryEvent {
+                trusted: false,
+                ..event("decode", "android-low", Some(100.0))
+            },
+        );
+        assert!(untrusted.is_empty());
+    }
+
+    fn client_rows(rows: &[(&str, &[f64])]) -> Vec<crate::db::ClientSketchRow> {
+        let mut out = Vec::new();
+        for (client, values) in rows {
+            for v in *values {
+                out.push(crate::db::ClientSketchRow {
+                    asset: "m.glb".into(),
+                    variant: "meshopt".into(),
+                    device_class: "android-low".into(),
+                    client: client.to_string(),
+                    bucket: i64::from(bucket_of(*v)),
+                    count: 1,
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_client_gets_one_vote_and_extremes_do_not_move_the_median() {
+        let honest: Vec<(String, Vec<f64>)> = (0..10)
+            .map(|i| (format!("c{i}"), vec![100.0 + i as f64; 5]))
+            .collect();
+        let mut rows: Vec<(&str, &[f64])> = honest
+            .iter()
+            .map(|(c, v)| (c.as_str(), v.as_slice()))
+            .collect();
+        let base = robust_decodes(&client_rows(&rows), 0.9);
+        let key = SketchKey {
+            subject: "m.glb".into(),
+            facet: "meshopt".into(),
+            device_class: "android-low".into(),
+        };
+        let before = base[&key];
+        assert_eq!((before.samples, before.clients), (50, 10));
+        // One chatty client with 1 000 near-zero decodes, and four clients reporting 1 ms
+        // or 600 s: the median over clients stays within the honest range.
+        let chatty = vec![0.01; 1000];
+        let low = vec![1.0; 20];
+        let high = vec![600_000.0; 20];
+        rows.push(("chatty", &chatty));
+        rows.push(("low1", &low));
+        rows.push(("low2", &low));
+        rows.push(("high1", &high));
+        rows.push(("high2", &high));
+        let after = robust_decodes(&client_rows(&rows), 0.9)[&key];
+        assert_eq!(after.clients, 15);
+        assert!(
+            (100.0 * 0.98..=109.0 * 1.02).contains(&after.ms),
+            "{after:?} vs {before:?}"
+        );
     }
 }

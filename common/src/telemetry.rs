@@ -4,7 +4,12 @@
 //! as `text/plain`). Unknown fields are ignored; an event with a wrong type or an
 //! out-of-range value is rejected on its own and counted, never failing its batch.
 
+use std::net::IpAddr;
+use std::path::Path;
+
+use hmac::{Hmac, Mac};
 use serde_json::Value;
+use sha2::Sha256;
 
 use crate::db::TelemetryEvent;
 use crate::devices;
@@ -37,6 +42,186 @@ pub const DECODE_REASONS: &[&str] = &[
     "no_decoder",
     "decode_failed",
 ];
+
+/// What a beacon event says about the manifest it came from: the `beacon.token` of that
+/// signed manifest with the release's `sequence` and the token's `expires`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BeaconClaim {
+    pub token: String,
+    pub sequence: u64,
+    pub expires: String,
+}
+
+/// The secret API and workers share for beacon tokens: workers put
+/// `HMAC-SHA256(secret, game|sequence|expires)` into every signed manifest, the API checks
+/// the token each beacon event carries. It also salts the client hashes stored with events.
+#[derive(Clone)]
+pub struct BeaconSecret {
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for BeaconSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeaconSecret(…)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry secret {path}: {reason}")]
+pub struct SecretError {
+    pub path: String,
+    pub reason: String,
+}
+
+impl BeaconSecret {
+    pub fn from_bytes(key: [u8; 32]) -> Self {
+        Self { key }
+    }
+
+    /// Reads the hex secret at `path`, or writes a fresh one there (mode 0600) if none exists
+    /// (`true`: generated).
+    pub fn load_or_generate(path: &Path) -> Result<(Self, bool), SecretError> {
+        let err = |reason: String| SecretError {
+            path: path.display().to_string(),
+            reason,
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let bytes = hex::decode(text.trim()).map_err(|_| err("not hex".into()))?;
+                let key: [u8; 32] = bytes
+                    .try_into()
+                    .map_err(|_| err("expected 32 bytes in hex".into()))?;
+                Ok((Self::from_bytes(key), false))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut key = [0u8; 32];
+                getrandom::fill(&mut key).map_err(|e| err(e.to_string()))?;
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| err(e.to_string()))?;
+                }
+                write_secret(path, &hex::encode(key)).map_err(|e| err(e.to_string()))?;
+                // Two processes starting at once on one data dir: the file that won is the
+                // secret.
+                let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+                let key = hex::decode(text.trim())
+                    .ok()
+                    .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                    .ok_or_else(|| err("not 32 bytes in hex".into()))?;
+                Ok((Self::from_bytes(key), true))
+            }
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+
+    fn mac(&self, message: &str) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key");
+        mac.update(message.as_bytes());
+        mac
+    }
+
+    /// The token a manifest of `game`'s release `sequence` carries until `expires`.
+    pub fn token(&self, game: &str, sequence: u64, expires: &str) -> String {
+        hex::encode(
+            self.mac(&format!("{game}|{sequence}|{expires}"))
+                .finalize()
+                .into_bytes(),
+        )
+    }
+
+    /// Whether `claim` is a token Kiln issued for `game` that has not expired at `now`
+    /// (compared in constant time).
+    pub fn verify(
+        &self,
+        game: &str,
+        claim: &BeaconClaim,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> bool {
+        let Ok(expires) = chrono::DateTime::parse_from_rfc3339(&claim.expires) else {
+            return false;
+        };
+        let Ok(token) = hex::decode(&claim.token) else {
+            return false;
+        };
+        expires > now
+            && self
+                .mac(&format!("{game}|{}|{}", claim.sequence, claim.expires))
+                .verify_slice(&token)
+                .is_ok()
+    }
+
+    /// A salted hash naming one client: its IPv4 address, or its IPv6 /64 (one host gets a
+    /// whole /64, so counting its addresses would count it many times).
+    pub fn client_id(&self, client: IpAddr) -> String {
+        let prefix = match client {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4.to_string(),
+                None => {
+                    let s = v6.segments();
+                    format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+                }
+            },
+        };
+        hex::encode(
+            &self
+                .mac(&format!("client|{prefix}"))
+                .finalize()
+                .into_bytes()[..12],
+        )
+    }
+}
+
+#[cfg(unix)]
+fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(mut file) => file.write_all(text.as_bytes()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(unix))]
+fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(mut file) => file.write_all(text.as_bytes()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Marks each event trusted when its beacon token is valid (see [`BeaconSecret`]) and names
+/// its client by a salted hash. Returns how many are untrusted: those are stored raw, flagged,
+/// and feed no rollup, metric, variant choice or library ROI.
+pub fn authenticate(
+    events: &mut [TelemetryEvent],
+    secret: &BeaconSecret,
+    client: IpAddr,
+    now: chrono::DateTime<chrono::Utc>,
+) -> usize {
+    let client = secret.client_id(client);
+    let mut untrusted = 0;
+    for e in events {
+        e.trusted = e
+            .claim
+            .as_ref()
+            .is_some_and(|claim| secret.verify(&e.game, claim, now));
+        untrusted += usize::from(!e.trusted);
+        e.client = Some(client.clone());
+    }
+    untrusted
+}
 
 /// The events worth storing, and why the others were not.
 #[derive(Debug, Default, PartialEq)]
@@ -169,7 +354,28 @@ fn event_of(v: &Value) -> Result<TelemetryEvent, String> {
         }
     }
     device_of(obj.get("device"), &mut event)?;
+    event.claim = claim_of(obj.get("beacon"))?;
     Ok(event)
+}
+
+/// `beacon`: `{token, sequence, expires}` as the manifest gave them (absent: untrusted).
+fn claim_of(value: Option<&Value>) -> Result<Option<BeaconClaim>, String> {
+    let beacon = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(b)) => b,
+        Some(_) => return Err("`beacon` must be an object".into()),
+    };
+    let token = text_field(beacon.get("token"), "beacon.token", 128)?;
+    let expires = text_field(beacon.get("expires"), "beacon.expires", 64)?;
+    let sequence = beacon.get("sequence").and_then(Value::as_u64);
+    match (token, sequence, expires) {
+        (Some(token), Some(sequence), Some(expires)) => Ok(Some(BeaconClaim {
+            token,
+            sequence,
+            expires,
+        })),
+        _ => Err("`beacon` needs `token`, `sequence` and `expires`".into()),
+    }
 }
 
 fn text_field(value: Option<&Value>, name: &str, max: usize) -> Result<Option<String>, String> {

@@ -1,14 +1,21 @@
 //! Decode-aware variants: for one device class, the variant of each model expected to be
 //! ready soonest — bytes over the class's assumed bandwidth plus the decode time measured on
-//! that class (p90) — or, with too few measurements, the default policy.
+//! that class — or, with too few measurements, the default policy.
+//!
+//! Measurements come from trusted beacons only, and count per client: a variant is measured
+//! once it has `min_samples` decodes from at least `min_clients` distinct clients, and its
+//! decode time is the median over clients of each client's p90
+//! (`rollups::robust_decodes`), so one chatty client or a few extreme values can't move it.
 
 use std::collections::HashMap;
 
 use crate::config::VariantsConfig;
 use crate::manifest::{Exploration, ManifestModel, VariantChoice, VariantEstimate};
+use crate::rollups::RobustDecode;
 
-/// Measured decodes of one game on one device class: (asset, variant) → (count, p90 ms).
-pub type DecodeStats = HashMap<(String, String), (u64, f64)>;
+/// Measured decodes of one game on one device class: (asset, variant) → decodes, clients
+/// and the robust p90.
+pub type DecodeStats = HashMap<(String, String), RobustDecode>;
 
 /// Why a variant was chosen.
 pub const MEASURED: &str = "measured";
@@ -28,24 +35,33 @@ pub fn choose(
         .iter()
         .map(|v| {
             let transfer_ms = (v.brotli_size as f64 / bandwidth * 1000.0).round() as u64;
-            let (samples, p90) = stats
+            let measured = stats
                 .get(&(model.path.clone(), v.variant.clone()))
                 .copied()
-                .unwrap_or((0, 0.0));
-            let decode_p90_ms = (samples > 0).then(|| p90.round() as u64);
+                .unwrap_or(RobustDecode {
+                    samples: 0,
+                    clients: 0,
+                    ms: 0.0,
+                });
+            let decode_p90_ms = (measured.samples > 0).then(|| measured.ms.round() as u64);
             VariantEstimate {
                 variant: v.variant.clone(),
                 bytes: v.brotli_size,
                 transfer_ms,
                 decode_p90_ms,
-                samples,
+                samples: measured.samples,
+                clients: measured.clients,
                 total_ms: decode_p90_ms.map(|d| d + transfer_ms),
             }
         })
         .collect();
     let measured: Vec<&VariantEstimate> = estimates
         .iter()
-        .filter(|e| e.samples >= policy.min_samples && e.total_ms.is_some())
+        .filter(|e| {
+            e.samples >= policy.min_samples
+                && e.clients >= policy.min_clients
+                && e.total_ms.is_some()
+        })
         .collect();
     // Measurements decide once at least two variants can be compared.
     if measured.len() >= 2 {
@@ -63,12 +79,13 @@ pub fn choose(
             variant: best.variant.clone(),
             reason: MEASURED.into(),
             detail: format!(
-                "on {class}: {} ready in {} ms ({} ms transfer + p90 decode {} ms over {} decodes) vs {}",
+                "on {class}: {} ready in {} ms ({} ms transfer + p90 decode {} ms over {} decodes from {} clients) vs {}",
                 best.variant,
                 best.total_ms.unwrap_or(0),
                 best.transfer_ms,
                 best.decode_p90_ms.unwrap_or(0),
                 best.samples,
+                best.clients,
                 others.join(", ")
             ),
             estimates,
@@ -85,19 +102,20 @@ pub fn choose(
     };
     let counts: Vec<String> = estimates
         .iter()
-        .map(|e| format!("{} {}", e.variant, e.samples))
+        .map(|e| format!("{} {} from {} clients", e.variant, e.samples, e.clients))
         .collect();
     VariantChoice {
         explore: exploration(model, &variant, &estimates, policy),
         detail: format!(
-            "{}: too few decodes measured on {class} ({}; {} per variant needed for two variants)",
+            "{}: too few decodes measured on {class} ({}; {} per variant from {} clients needed for two variants)",
             if reason == SLOW_CLASS {
                 "slow class default"
             } else {
                 "default"
             },
             counts.join(", "),
-            policy.min_samples
+            policy.min_samples,
+            policy.min_clients
         ),
         variant,
         reason: reason.into(),
@@ -120,7 +138,7 @@ fn exploration(
     estimates
         .iter()
         .filter(|e| e.variant != chosen && ["meshopt", "quantized"].contains(&e.variant.as_str()))
-        .filter(|e| e.samples < policy.min_samples)
+        .filter(|e| e.samples < policy.min_samples || e.clients < policy.min_clients)
         .filter(|e| model.variants.iter().any(|v| v.variant == e.variant))
         .min_by_key(|e| e.samples)
         .map(|e| Exploration {
@@ -159,7 +177,16 @@ mod tests {
     fn stats(entries: &[(&str, u64, f64)]) -> DecodeStats {
         entries
             .iter()
-            .map(|(v, n, p90)| (("m.glb".to_string(), v.to_string()), (*n, *p90)))
+            .map(|(v, n, p90)| {
+                (
+                    ("m.glb".to_string(), v.to_string()),
+                    RobustDecode {
+                        samples: *n,
+                        clients: *n,
+                        ms: *p90,
+                    },
+                )
+            })
             .collect()
     }
 
@@ -217,12 +244,43 @@ mod tests {
             ..VariantsConfig::default()
         };
         assert_eq!(choose(&model(), "android-mid", &few, &off).explore, None);
-        assert!(c.detail.contains("quantized 19"), "{}", c.detail);
+        assert!(
+            c.detail.contains("quantized 19 from 19 clients"),
+            "{}",
+            c.detail
+        );
         // A model without a meshopt variant keeps its preferred one.
         let mut plain = model();
         plain.variants.retain(|v| v.variant != "meshopt");
         plain.preferred = "quantized".into();
         let c = choose(&plain, "desktop", &DecodeStats::new(), &policy);
         assert_eq!(c.variant, "quantized");
+    }
+
+    #[test]
+    fn measurements_need_enough_distinct_clients() {
+        let policy = VariantsConfig::default();
+        // Plenty of decodes, but all from 3 clients: not measured, the policy stands.
+        let few_clients: DecodeStats = [("meshopt", 10.0), ("quantized", 400.0)]
+            .into_iter()
+            .map(|(v, ms)| {
+                (
+                    ("m.glb".to_string(), v.to_string()),
+                    RobustDecode {
+                        samples: 500,
+                        clients: 3,
+                        ms,
+                    },
+                )
+            })
+            .collect();
+        let c = choose(&model(), "android-low", &few_clients, &policy);
+        assert_eq!(
+            (c.variant.as_str(), c.reason.as_str()),
+            ("quantized", SLOW_CLASS),
+            "{}",
+            c.detail
+        );
+        assert!(c.detail.contains("from 10 clients needed"), "{}", c.detail);
     }
 }

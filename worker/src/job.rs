@@ -36,6 +36,8 @@ pub struct JobContext {
     pub db: Db,
     pub storage: Storage,
     pub signer: Arc<ManifestSigner>,
+    /// Beacon tokens put into every release (`kiln_common::telemetry::BeaconSecret`).
+    pub beacon_secret: Arc<kiln_common::telemetry::BeaconSecret>,
     pub options: PipelineOptions,
     pub work_root: PathBuf,
     /// Attempts for transient failures before the build is failed.

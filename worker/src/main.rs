@@ -304,18 +304,17 @@ async fn resign_live(config: &Config, db: Db, kid: &str) -> anyhow::Result<()> {
         if live.kid != kid && !class_signed {
             continue;
         }
-        let bytes = context.storage.get_bytes(&live.manifest_key).await?;
-        let manifest: kiln_common::manifest::Manifest = serde_json::from_slice(&bytes)?;
-        let row = kiln_worker::release::release(
-            &context,
-            &manifest,
-            kiln_worker::release::Reason::Resign,
-        )
-        .await?;
-        eprintln!(
-            "kiln-worker: re-signed {} as sequence {} with {}",
-            row.game, row.sequence, row.kid
-        );
+        // Only what is live now is re-signed (compare-and-set; `release::resign`).
+        match kiln_worker::release::resign(&context, &live).await? {
+            kiln_worker::release::Outcome::Signed(row) => eprintln!(
+                "kiln-worker: re-signed {} as sequence {} with {}",
+                row.game, row.sequence, row.kid
+            ),
+            _ => eprintln!(
+                "kiln-worker: {} moved on while re-signing; its new release is signed with the current key",
+                live.game
+            ),
+        }
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use kiln_common::db::{ClassManifestRow, DbError, ReleaseRow, RollupFilter};
+use kiln_common::db::{ClassManifestRow, DbError, ReleaseRow};
 use kiln_common::manifest::{Manifest, VariantChoice};
 use kiln_common::metrics;
 use kiln_common::storage::StorageError;
@@ -172,7 +172,13 @@ async fn release_as(
             }
         };
         let expires = expiry(context.manifest_ttl);
-        let signed = sign::release(build_manifest, sequence as u64, &expires, &context.signer);
+        let signed = sign::release(
+            build_manifest,
+            sequence as u64,
+            &expires,
+            &context.signer,
+            &context.beacon_secret,
+        );
         context
             .storage
             .put_bytes(&signed.key, signed.bytes.clone().into())
@@ -229,14 +235,13 @@ pub async fn decide_variants(
     }
     let since = chrono::Utc::now()
         - chrono::Duration::hours(context.variants.window_hours.min(24 * 365 * 10) as i64);
-    let filter = RollupFilter {
-        from: rollups::hour_of(&since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-        to: "9999".into(),
-        game: Some(release.game.clone()),
-        team_id: None,
-    };
-    let sketches = context.db.latency_sketches("decode", &filter).await?;
-    let p90 = rollups::quantiles_by_key(&sketches, 0.9);
+    let since = rollups::hour_of(&since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    // Trusted beacons only, one vote per client: its p90, then the median across clients.
+    let sketches = context
+        .db
+        .decode_client_sketches(&release.game, &since)
+        .await?;
+    let p90 = rollups::robust_decodes(&sketches, 0.9);
     let signed_before: HashMap<String, String> = context
         .db
         .class_manifests(&release.game, release.sequence)

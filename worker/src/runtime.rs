@@ -119,6 +119,20 @@ pub async fn trust_roots(
     Ok(doc.roots)
 }
 
+/// Loads (or, on first start, generates) the secret beacon tokens are made with; the API
+/// reads the same file (`KILN_TELEMETRY_SECRET_FILE`).
+pub fn load_beacon_secret(config: &Config) -> anyhow::Result<kiln_common::telemetry::BeaconSecret> {
+    let path = config.telemetry_secret_path();
+    let (secret, generated) = kiln_common::telemetry::BeaconSecret::load_or_generate(&path)?;
+    if generated {
+        tracing::warn!(
+            path = %path.display(),
+            "generated a telemetry secret; set KILN_TELEMETRY_SECRET_FILE (shared by API and workers) in production"
+        );
+    }
+    Ok(secret)
+}
+
 pub async fn job_context(
     config: &Config,
     db: Db,
@@ -126,6 +140,7 @@ pub async fn job_context(
 ) -> anyhow::Result<Arc<JobContext>> {
     let signer = load_signer(config, &db).await?;
     let trust_roots = trust_roots(config, &db, &signer).await?;
+    let beacon_secret = Arc::new(load_beacon_secret(config)?);
     let work_root = config.work_dir();
     tokio::fs::create_dir_all(&work_root).await?;
     crate::job::setup_queue(&db.queue)
@@ -135,6 +150,7 @@ pub async fn job_context(
         db,
         storage,
         signer,
+        beacon_secret,
         options: PipelineOptions {
             trust_roots,
             ..pipeline_options(config)?

@@ -327,6 +327,26 @@ describe('preheat and signed manifests', () => {
     await assertBeaconsMatch('pre', [p]);
   });
 
+  it("beacons carry the manifest's beacon token, with its sequence and expiry", async () => {
+    const eng = makeEngine({ version: '10.1.0' });
+    const d = publish(srv, 'tok', eng, { gameDir: '/g/tok' });
+    const expires = new Date(Date.now() + 86400e3).toISOString();
+    const manifest = { ...manifestFor('tok', [d], { sequence: 9, expires }), beacon: { token: 'ab12', expires } };
+    const manifestUrl = srv.manifest('/v1/games/tok/manifest', manifest);
+    const ctx = await newContext();
+    const p = await open(ctx, container('tok'), { boot: false });
+    await p.evaluate(([m, keys, telemetry]) => {
+      kiln.configure({ telemetry, keys });
+      return kiln.preheat(m).then(() => kiln.engine('fake'));
+    }, [manifestUrl, srv.trusted, `${srv.origin}/v1/telemetry`]);
+    const [e] = await srv.beaconEvents('tok', 1);
+    assert.equal(e?.type, 'preheat');
+    assert.deepEqual(e.beacon, { token: 'ab12', sequence: 9, expires });
+    // kiln.events stays what the page saw; only the beacon carries the token.
+    const [local] = engineEvents((await state(p)).events);
+    assert.equal(local.beacon, undefined);
+  });
+
   it('engines preheated but never asked for are reported when the page goes', async () => {
     const eng = makeEngine({ version: '11.0.0' });
     const d = publish(srv, 'preonly', eng, { gameDir: '/g/preonly' });

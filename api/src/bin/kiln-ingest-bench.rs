@@ -46,6 +46,8 @@ struct Server {
     database_url: String,
     /// (admin URL, database) to drop when done.
     scratch: Option<(String, String)>,
+    /// The server's telemetry secret, for the beacons' tokens.
+    secret: kiln_common::telemetry::BeaconSecret,
     _dir: tempfile::TempDir,
 }
 
@@ -91,12 +93,18 @@ async fn start_server(postgres: Option<&str>) -> anyhow::Result<Server> {
     if let Some((admin, name)) = &scratch {
         pg_admin(admin, &format!("CREATE DATABASE {name}")).await?;
     }
+    // The server reads this secret; the bench makes its beacons' tokens with it, so they are
+    // trusted and written to the rollups like a loader's.
+    let (secret, _) = kiln_common::telemetry::BeaconSecret::load_or_generate(
+        &dir.path().join("keys").join("telemetry.key"),
+    )?;
     let child = Command::new(&api)
         .env("KILN_DATA_DIR", dir.path())
         .env("KILN_BIND", format!("127.0.0.1:{port}"))
         .env("KILN_DATABASE_URL", &database_url)
         .env("KILN_WORKERS", "0")
         .env("KILN_TELEMETRY_RATE_PER_MINUTE", "100000000")
+        .env("KILN_TELEMETRY_GAME_RATE_PER_MINUTE", "100000000")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.path().join("kiln-api.log"))?)
@@ -106,6 +114,7 @@ async fn start_server(postgres: Option<&str>) -> anyhow::Result<Server> {
         url: format!("http://127.0.0.1:{port}"),
         database_url,
         scratch,
+        secret,
         _dir: dir,
     })
 }
@@ -124,7 +133,9 @@ async fn wait_ready(client: &reqwest::Client, url: &str) -> anyhow::Result<()> {
 
 /// A beacon of `n` events like a loader's: pre-warm outcomes and decodes from several
 /// device classes and games.
-fn beacon(seed: usize, n: usize) -> String {
+fn beacon(seed: usize, n: usize, secret: &kiln_common::telemetry::BeaconSecret) -> String {
+    let expires = (chrono::Utc::now() + chrono::Duration::days(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     const CLASSES: [(&str, &str, f64, u32); 4] = [
         ("android", "SM-A135F", 3.0, 8),
         ("android", "Pixel 8", 8.0, 8),
@@ -139,17 +150,21 @@ fn beacon(seed: usize, n: usize) -> String {
                 r#"{{"os":"{os}","os_version":"14","model":"{model}","memory":{memory},"cores":{cores},"runtime":"chrome"}}"#
             );
             let game = format!("bench-{}", k % 8);
+            let token = format!(
+                r#"{{"token":"{}","sequence":1,"expires":"{expires}"}}"#,
+                secret.token(&game, 1, &expires)
+            );
             if k % 3 == 0 {
                 let variant = ["meshopt", "quantized"][k % 2];
                 format!(
-                    r#"{{"type":"decode","game":"{game}","asset":"models/m{}.glb","variant":"{variant}","decoder":"wasm-simd","bytes":120000,"ms":{}.5,"device":{device}}}"#,
+                    r#"{{"type":"decode","game":"{game}","asset":"models/m{}.glb","variant":"{variant}","decoder":"wasm-simd","bytes":120000,"ms":{}.5,"device":{device},"beacon":{token}}}"#,
                     k % 5,
                     5 + k % 200
                 )
             } else {
                 let (outcome, reason) = [("hit", "null"), ("miss", "\"cold\""), ("hit", "null")][k % 3];
                 format!(
-                    r#"{{"type":"preheat","game":"{game}","engine":"three","version":"0.160.0","outcome":"{outcome}","reason":{reason},"ms":{}.2,"bytes":680000,"prewarmed":true,"device":{device}}}"#,
+                    r#"{{"type":"preheat","game":"{game}","engine":"three","version":"0.160.0","outcome":"{outcome}","reason":{reason},"ms":{}.2,"bytes":680000,"prewarmed":true,"device":{device},"beacon":{token}}}"#,
                     1 + k % 90
                 )
             }
@@ -181,7 +196,8 @@ async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<R
     let requests_per_second = (args.rate as f64 / batch as f64).max(1.0);
     let total_requests = (requests_per_second * args.seconds as f64) as usize;
     let interval = Duration::from_secs_f64(1.0 / requests_per_second);
-    let bodies: Arc<Vec<String>> = Arc::new((0..64).map(|s| beacon(s, batch)).collect());
+    let bodies: Arc<Vec<String>> =
+        Arc::new((0..64).map(|s| beacon(s, batch, &server.secret)).collect());
     let url = Arc::new(format!("{}/v1/telemetry", server.url));
     let start = Instant::now() + Duration::from_millis(200);
     let mut tasks = Vec::new();

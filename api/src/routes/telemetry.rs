@@ -1,8 +1,10 @@
 //! `POST /v1/telemetry`: the loader's beacons. Validated per event (`kiln_common::telemetry`),
-//! limited per client, counted in the metrics and queued for the batched writer
-//! (`crate::ingest`), which stores them with their hourly rollups.
+//! limited per client and per game, checked for the manifest's beacon token, counted in the
+//! metrics and queued for the batched writer (`crate::ingest`), which stores them with their
+//! hourly rollups.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -20,36 +22,90 @@ use crate::error::{ApiBytes, ApiError, ApiResult};
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct TelemetryAccepted {
     pub accepted: usize,
+    /// Of `accepted`, the events without a valid manifest token: stored, flagged, but not
+    /// counted in rollups, metrics, variant choices or the library's ROI.
+    pub untrusted: usize,
     pub rejected: usize,
     /// Why each rejected event was rejected (`event N: …`).
     pub errors: Vec<String>,
 }
 
-/// A token bucket per client address: `rate` requests a minute, bursts up to `rate`.
-#[derive(Default)]
-pub struct RateLimiter {
-    buckets: Mutex<HashMap<IpAddr, (f64, Instant)>>,
+/// Token buckets: `rate` requests a minute per key, bursts up to `rate`.
+struct Buckets<K> {
+    buckets: Mutex<HashMap<K, (f64, Instant)>>,
 }
 
-impl RateLimiter {
-    pub fn allow(&self, client: IpAddr, per_minute: u32) -> bool {
-        let capacity = f64::from(per_minute);
+impl<K> Default for Buckets<K> {
+    fn default() -> Self {
+        Self {
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Buckets<K> {
+    /// Takes one request from each key's bucket, or none when one of them is empty: then
+    /// `Err(seconds)` until that one has a request again.
+    fn take(&self, keys: &[K], per_minute: u32) -> Result<(), u64> {
+        let capacity = f64::from(per_minute.max(1));
         let now = Instant::now();
         let mut buckets = self.buckets.lock().expect("rate limiter lock");
         if buckets.len() > 100_000 {
-            // Forget idle clients rather than grow without bound.
+            // Forget idle keys rather than grow without bound.
             buckets.retain(|_, (_, at)| now.duration_since(*at).as_secs() < 60);
         }
-        let (tokens, at) = buckets.entry(client).or_insert((capacity, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * capacity / 60.0).min(capacity);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
+        let mut wait: f64 = 0.0;
+        for key in keys {
+            let (tokens, at) = buckets.entry(key.clone()).or_insert((capacity, now));
+            *tokens =
+                (*tokens + now.duration_since(*at).as_secs_f64() * capacity / 60.0).min(capacity);
+            *at = now;
+            if *tokens < 1.0 {
+                wait = wait.max((1.0 - *tokens) * 60.0 / capacity);
+            }
         }
+        if wait > 0.0 {
+            return Err(wait.ceil().max(1.0) as u64);
+        }
+        for key in keys {
+            if let Some((tokens, _)) = buckets.get_mut(key) {
+                *tokens -= 1.0;
+            }
+        }
+        Ok(())
     }
+}
+
+/// The beacon limits: per client address, and per game named (all clients together).
+#[derive(Default)]
+pub struct RateLimiter {
+    clients: Buckets<IpAddr>,
+    games: Buckets<String>,
+}
+
+impl RateLimiter {
+    /// One request from `client`; `Err(seconds)` to wait when over `per_minute`.
+    pub fn allow(&self, client: IpAddr, per_minute: u32) -> Result<(), u64> {
+        self.clients.take(&[client], per_minute)
+    }
+
+    /// One request for each game of `games` (unregistered names share the key `""`).
+    pub fn allow_games(&self, games: &[String], per_minute: u32) -> Result<(), u64> {
+        self.games.take(games, per_minute)
+    }
+}
+
+fn too_many(what: &str, retry_after: u64) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!("too many telemetry requests {what}; retry in {retry_after} s"),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
 }
 
 fn cors(headers: &mut HeaderMap) {
@@ -76,11 +132,11 @@ pub async fn preflight() -> Response {
 }
 
 #[utoipa::path(post, path = "/v1/telemetry",
-    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. 413 over the body limit, 429 over the per-client rate, 503 while the ingest backlog is full. Accepted events are written in batches within `KILN_TELEMETRY_FLUSH_MS`.",
+    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. An event counts in rollups, metrics, variant choices and the library's ROI only with the `beacon` token of the game's signed manifest (`{token, sequence, expires}`); others are stored flagged as untrusted. 413 over the body limit, 429 (with Retry-After) over the per-client or per-game rate, 503 while the ingest backlog is full. Accepted events are written in batches within `KILN_TELEMETRY_FLUSH_MS`.",
     request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array of `preheat` and `decode` events (docs/telemetry.md)"),
     responses((status = 202, body = TelemetryAccepted), (status = 400, body = crate::error::ErrorBody),
         (status = 413, body = crate::error::ErrorBody), (status = 415, body = crate::error::ErrorBody),
-        (status = 429, body = crate::error::ErrorBody),
+        (status = 429, body = crate::error::ErrorBody, description = "over the per-client or per-game rate; `Retry-After` says when to try again"),
         (status = 503, body = crate::error::ErrorBody, description = "the ingest backlog is full; nothing of the batch was kept")))]
 pub async fn ingest(
     State(state): State<AppState>,
@@ -101,18 +157,11 @@ pub async fn ingest(
         .and_then(|v| v.split(',').next_back())
         .and_then(|v| v.trim().parse::<IpAddr>().ok())
         .unwrap_or(peer.ip());
-    if !state
+    if let Err(wait) = state
         .telemetry_limiter
         .allow(client, limits.rate_per_minute)
     {
-        return Ok(with_cors(
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                "too many telemetry requests from this client",
-            )
-            .into_response(),
-        ));
+        return Ok(with_cors(too_many("from this client", wait)));
     }
     if body.len() > limits.max_body_bytes {
         return Ok(with_cors(
@@ -149,6 +198,28 @@ pub async fn ingest(
             ));
         }
     };
+    let mut parsed = parsed;
+    let known = state.ingest.known_games(&state.db, &parsed.events).await;
+    // Per game, all clients together: registered games each, unregistered names as one.
+    let games: Vec<String> = parsed
+        .events
+        .iter()
+        .map(|e| known.get(&e.game).cloned().unwrap_or_default())
+        .collect::<BTreeSet<String>>()
+        .into_iter()
+        .collect();
+    if let Err(wait) = state
+        .telemetry_limiter
+        .allow_games(&games, limits.game_rate_per_minute)
+    {
+        return Ok(with_cors(too_many("for this game", wait)));
+    }
+    let untrusted = telemetry::authenticate(
+        &mut parsed.events,
+        state.ingest.secret(),
+        client,
+        chrono::Utc::now(),
+    );
     let accepted = parsed.events.len();
     let rejected = parsed.rejected.len();
     if let Err(full) = state.ingest.reserve(accepted) {
@@ -163,17 +234,15 @@ pub async fn ingest(
         return Ok(with_cors(response));
     }
     // Counted when queued, so the metrics don't wait for the batch write.
-    let known = state.ingest.known_games(&state.db, &parsed.events).await;
-    let sizes = state.ingest.transfer_sizes(&state.db, &parsed.events).await;
+    let library = state
+        .ingest
+        .library_versions(&state.db, &parsed.events)
+        .await;
     kiln_common::metrics::record_telemetry(
         &parsed.events,
         rejected,
         |g| known.contains(g),
-        |engine, version| {
-            sizes
-                .get(&(engine.to_string(), version.to_string()))
-                .copied()
-        },
+        &library,
     );
     state.ingest.send(kiln_common::db::now(), parsed.events);
     Ok(with_cors(
@@ -181,6 +250,7 @@ pub async fn ingest(
             StatusCode::ACCEPTED,
             Json(TelemetryAccepted {
                 accepted,
+                untrusted,
                 rejected,
                 errors: parsed.rejected,
             }),

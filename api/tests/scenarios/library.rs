@@ -184,9 +184,13 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     // Two hits reported, neither `shared` (each game's own visit had cached it): they are
     // counted, but saved nothing the HTTP cache would not have (bad events are counted,
     // not stored).
+    let (token_fox_a, token_fox_b) = (
+        super::beacons::beacon_token(&kiln, "fox-a").await,
+        super::beacons::beacon_token(&kiln, "fox-b").await,
+    );
     let beacon = json!({"events": [
-        {"type": "preheat", "game": "fox-a", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 3.5, "device": {"class": "desktop"}},
-        {"type": "preheat", "game": "fox-b", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 2.0},
+        {"type": "preheat", "game": "fox-a", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 3.5, "device": {"class": "desktop"}, "beacon": token_fox_a},
+        {"type": "preheat", "game": "fox-b", "engine": "three", "version": "0.160", "outcome": "hit", "ms": 2.0, "beacon": token_fox_b},
         {"type": "preheat", "game": "fox-b", "engine": "three", "version": "0.160", "outcome": "miss"}
     ]});
     let response = kiln
@@ -270,9 +274,14 @@ pub async fn library_saves_only_what_another_game_brought(deployment: Deployment
     let metric_before = saved_metric().await;
 
     // Game A twice on its own cache: hits, nothing saved.
+    let tokens = [
+        super::beacons::beacon_token(&kiln, "shared-a").await,
+        super::beacons::beacon_token(&kiln, "shared-b").await,
+    ];
     let hit = |game: &str, shared: bool| {
+        let beacon = &tokens[usize::from(game == "shared-b")];
         json!({"type": "preheat", "game": game, "engine": "three", "version": "0.160",
-               "outcome": "hit", "ms": 2.0, "shared": shared})
+               "outcome": "hit", "ms": 2.0, "shared": shared, "beacon": beacon})
     };
     let response = kiln
         .send_beacon(&[hit("shared-a", false), hit("shared-a", false)])

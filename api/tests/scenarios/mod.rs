@@ -9,9 +9,11 @@ use serde_json::Value;
 
 use crate::common::*;
 
+mod beacons;
 mod library;
 mod serving;
 mod telemetry;
+pub use beacons::*;
 pub use library::*;
 pub use serving::*;
 pub use telemetry::*;

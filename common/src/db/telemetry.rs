@@ -37,6 +37,12 @@ pub struct TelemetryEvent {
     pub device_model: Option<String>,
     /// The device descriptor as sent (JSON).
     pub device: Option<String>,
+    /// The manifest token the event carried (checked by `telemetry::authenticate`).
+    pub claim: Option<crate::telemetry::BeaconClaim>,
+    /// Its token was valid: only trusted events feed rollups, metrics, choices and ROI.
+    pub trusted: bool,
+    /// A salted hash of the client's address (`BeaconSecret::client_id`).
+    pub client: Option<String>,
 }
 
 /// A stored event, as the tests read it back.
@@ -58,6 +64,9 @@ pub struct StoredEvent {
     pub device_model: Option<String>,
     /// Pre-warm: 1 when the hit was shared (another game's visit brought the engine), 0 not.
     pub shared: Option<i64>,
+    /// 1 when the event carried a valid manifest token, 0 not.
+    pub trusted: Option<i64>,
+    pub client: Option<String>,
 }
 
 /// Pre-warm counts of one hour and key.
@@ -149,6 +158,8 @@ const EVENTS: JsonTable = JsonTable {
         ("device_model", TEXT),
         ("device", TEXT),
         ("shared", BIGINT),
+        ("trusted", BIGINT),
+        ("client", TEXT),
     ],
     on_conflict: "",
 };
@@ -212,6 +223,33 @@ const LATENCY_BUCKETS: JsonTable = JsonTable {
         DO UPDATE SET count = latency_buckets.count + excluded.count",
 };
 
+const DECODE_CLIENT_BUCKETS: JsonTable = JsonTable {
+    name: "decode_client_buckets",
+    columns: &[
+        ("hour", TEXT),
+        ("game", TEXT),
+        ("asset", TEXT),
+        ("variant", TEXT),
+        ("device_class", TEXT),
+        ("client", TEXT),
+        ("bucket", BIGINT),
+        ("count", BIGINT),
+    ],
+    on_conflict: "ON CONFLICT (hour, game, asset, variant, device_class, client, bucket) \
+        DO UPDATE SET count = decode_client_buckets.count + excluded.count",
+};
+
+/// One client's decode-latency bucket, as the variant choices read it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct ClientSketchRow {
+    pub asset: String,
+    pub variant: String,
+    pub device_class: String,
+    pub client: String,
+    pub bucket: i64,
+    pub count: i64,
+}
+
 /// Rows per JSON-array statement.
 const ROWS_PER_STATEMENT: usize = 5000;
 
@@ -238,6 +276,8 @@ fn event_row(received_at: &str, e: &TelemetryEvent) -> Value {
         e.device_model,
         e.device,
         e.shared.map(i64::from),
+        i64::from(e.trusted),
+        e.client,
     ])
 }
 
@@ -374,6 +414,25 @@ impl Db {
             .collect();
         self.insert_json_rows(&mut tx, &LATENCY_BUCKETS, &latency)
             .await?;
+        let mut per_client: Vec<_> = rollup.client_latency.iter().collect();
+        per_client.sort_by(|a, b| a.0.cmp(b.0));
+        let per_client: Vec<Value> = per_client
+            .into_iter()
+            .map(|(k, n)| {
+                json!([
+                    k.hour,
+                    k.game,
+                    k.asset,
+                    k.variant,
+                    k.device_class,
+                    k.client,
+                    k.bucket,
+                    n
+                ])
+            })
+            .collect();
+        self.insert_json_rows(&mut tx, &DECODE_CLIENT_BUCKETS, &per_client)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -401,6 +460,13 @@ impl Db {
                 break;
             }
         }
+        // Per-client sketches name clients (salted hashes): kept as long as raw events.
+        let hour_before = crate::rollups::hour_of(events_before);
+        events += sqlx::query("DELETE FROM decode_client_buckets WHERE hour < $1")
+            .bind(&hour_before)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         let mut rollups = 0;
         for table in ["preheat_hourly", "decode_hourly", "latency_buckets"] {
             rollups += sqlx::query(AssertSqlSafe(format!(
@@ -418,7 +484,7 @@ impl Db {
     pub async fn telemetry_for_game(&self, game: &str) -> Result<Vec<StoredEvent>, DbError> {
         Ok(sqlx::query_as::<_, StoredEvent>(
             "SELECT id, received_at, kind, game, engine, version, outcome, reason, ms, asset, \
-             variant, decoder, device_class, device_model, shared \
+             variant, decoder, device_class, device_model, shared, trusted, client \
              FROM telemetry_events WHERE game = $1 ORDER BY id",
         )
         .bind(game)
@@ -485,6 +551,26 @@ impl Db {
                 .fetch_all(&self.pool)
                 .await?,
         )
+    }
+}
+
+impl Db {
+    /// Each client's decode-latency buckets of `game` from `since_hour` on (trusted beacons
+    /// only), for the variant choices' robust statistic.
+    pub async fn decode_client_sketches(
+        &self,
+        game: &str,
+        since_hour: &str,
+    ) -> Result<Vec<ClientSketchRow>, DbError> {
+        Ok(sqlx::query_as::<_, ClientSketchRow>(
+            "SELECT asset, variant, device_class, client, bucket, CAST(SUM(count) AS BIGINT) AS count \
+             FROM decode_client_buckets WHERE game = $1 AND hour >= $2 \
+             GROUP BY asset, variant, device_class, client, bucket",
+        )
+        .bind(game)
+        .bind(since_hour)
+        .fetch_all(&self.pool)
+        .await?)
     }
 }
 

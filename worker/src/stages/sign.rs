@@ -5,10 +5,11 @@
 
 use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
-    BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine, ManifestFile,
-    ManifestModel, ManifestVat, ModelVariant, VariantChoice,
+    BeaconToken, BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine,
+    ManifestFile, ManifestModel, ManifestVat, ModelVariant, VariantChoice,
 };
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
+use kiln_common::telemetry::BeaconSecret;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -157,6 +158,7 @@ pub fn run(
         warm: serving.warm.clone(),
         warm_models: serving.warm_models.clone(),
         csp: serving.csp.clone(),
+        beacon: None,
     };
     let signed = sign_manifest(manifest, signer);
     let report = SignReport {
@@ -168,17 +170,24 @@ pub fn run(
     (signed, report)
 }
 
-/// A release of a build: its manifest with the game's next `sequence` and an `expires`
-/// time, signed anew. What `/v1/games/{game}/manifest` serves.
+/// A release of a build: its manifest with the game's next `sequence`, an `expires` time and
+/// the beacon token for both (`HMAC(secret, game|sequence|expires)`, which the API checks on
+/// beacons), signed anew. What `/v1/games/{game}/manifest` serves; the per-class manifests
+/// made from it carry the same token.
 pub fn release(
     build_manifest: &Manifest,
     sequence: u64,
     expires: &str,
     signer: &ManifestSigner,
+    beacon: &BeaconSecret,
 ) -> SignedManifest {
     let mut manifest = build_manifest.clone();
     manifest.sequence = Some(sequence);
     manifest.expires = Some(expires.to_string());
+    manifest.beacon = Some(BeaconToken {
+        token: beacon.token(&manifest.game, sequence, expires),
+        expires: expires.to_string(),
+    });
     sign_manifest(manifest, signer)
 }
 
