@@ -486,7 +486,22 @@ fn step<T>(
     }
     observer.started(stage);
     let start = Instant::now();
-    match run(observer) {
+    // A panic in a stage is a bug in Kiln that this package found: retrying the same bytes
+    // would panic again, so it fails the build at once, with the report so far and the
+    // reason. (Model stages catch their own per file: see `gltf::guard_model`.)
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(observer)))
+        .unwrap_or_else(|payload| {
+            Err(PipelineError {
+                stage,
+                file: None,
+                reason: format!(
+                    "internal error: {}",
+                    crate::gltf::panic_message(payload.as_ref())
+                ),
+                permanent: true,
+            })
+        });
+    match outcome {
         Ok(value) => {
             observer.succeeded(stage, start.elapsed());
             Ok(value)
@@ -562,6 +577,7 @@ fn entry_of(error: &unpack::UnpackError) -> Option<String> {
         | E::Link { entry }
         | E::UnsupportedEntry { entry, .. }
         | E::Duplicate { entry }
+        | E::FileAndDirectory { entry, .. }
         | E::TooLarge { entry, .. }
         | E::Bomb { entry, .. }
         | E::Encrypted { entry } => Some(entry.clone()),

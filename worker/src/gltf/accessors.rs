@@ -187,6 +187,16 @@ pub fn read_f32(asset: &Asset, index: usize) -> Result<(Layout, Vec<f32>), GltfE
     let offset = a.get("byteOffset").and_then(Value::as_u64).unwrap_or(0) as usize;
     let mut values = match a.get("bufferView").and_then(Value::as_u64) {
         Some(view) => read_elements(asset, view as usize, offset, layout, &what)?,
+        // No bytes back a view-less accessor: its size alone is capped, not a buffer.
+        None if layout.count.saturating_mul(layout.components) > MAX_ELEMENTS => {
+            return Err(invalid(
+                &what,
+                format!(
+                    "count {} × {} components without a bufferView is larger than Kiln accepts ({MAX_ELEMENTS} values)",
+                    layout.count, layout.components
+                ),
+            ));
+        }
         None => vec![0.0; layout.count * layout.components],
     };
     if let Some(sparse) = a.get("sparse") {

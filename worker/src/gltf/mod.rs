@@ -141,6 +141,7 @@ impl Asset {
             Some(v) => return Err(invalid("asset.version", format!("{v} is not glTF 2.x"))),
             None => return Err(invalid("asset.version", "missing")),
         }
+        check_shape(&json)?;
         let buffers = load_buffers(&json, bin, resources)?;
         let views = materialise_views(&json, &buffers)?;
         Ok(Self { json, views })
@@ -216,6 +217,319 @@ pub fn write_glb(json: &Value, bin: Option<&[u8]>) -> Vec<u8> {
         out.resize(out.len() + padded - bin.len(), 0);
     }
     out
+}
+
+/// Runs one model's work, turning a panic (a bug in Kiln that a hostile file found) into that
+/// model's error, "internal error reading this model: …", so the build goes on without it.
+pub fn guard_model<T>(work: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(result) => result,
+        Err(payload) => Err(format!(
+            "internal error reading this model: {}",
+            panic_message(payload.as_ref())
+        )),
+    }
+}
+
+/// The text a panic was raised with.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic without a message".into())
+}
+
+/// Top-level arrays of objects, and what each element may point at.
+const OBJECT_ARRAYS: &[&str] = &[
+    "accessors",
+    "animations",
+    "buffers",
+    "bufferViews",
+    "cameras",
+    "images",
+    "materials",
+    "meshes",
+    "nodes",
+    "samplers",
+    "scenes",
+    "skins",
+    "textures",
+];
+
+/// Checks the JSON has the shape the glTF schema gives it wherever Kiln's stages read or
+/// write: lists are lists, objects are objects, and every index into another list (nodes,
+/// meshes, skins, accessors, buffer views, samplers) names an element that exists. A
+/// hostile file gets an error naming the place, and the stages can index the JSON freely.
+fn check_shape(json: &Value) -> Result<(), GltfError> {
+    let len = |name: &str| json.get(name).and_then(Value::as_array).map_or(0, Vec::len);
+    for name in OBJECT_ARRAYS {
+        if let Some(list) = json.get(*name) {
+            let list = list
+                .as_array()
+                .ok_or_else(|| invalid(*name, "is not an array"))?;
+            for (i, item) in list.iter().enumerate() {
+                if !item.is_object() {
+                    return Err(invalid(format!("{name}[{i}]"), "is not an object"));
+                }
+            }
+        }
+    }
+    for name in ["extensionsUsed", "extensionsRequired"] {
+        if let Some(list) = json.get(name) {
+            let ok = list
+                .as_array()
+                .is_some_and(|l| l.iter().all(Value::is_string));
+            if !ok {
+                return Err(invalid(name, "is not an array of strings"));
+            }
+        }
+    }
+    check_extensions(json, "")?;
+    let (nodes, meshes, skins, accessors, views) = (
+        len("nodes"),
+        len("meshes"),
+        len("skins"),
+        len("accessors"),
+        len("bufferViews"),
+    );
+    let index = |v: &Value, what: &str, field: &str, target: &str, count: usize| {
+        check_index(v.get(field), &format!("{what}.{field}"), target, count)
+    };
+    let index_list = |v: &Value, what: &str, field: &str, target: &str, count: usize| {
+        let Some(list) = v.get(field) else {
+            return Ok(());
+        };
+        let list = list
+            .as_array()
+            .ok_or_else(|| invalid(format!("{what}.{field}"), "is not an array"))?;
+        for (k, item) in list.iter().enumerate() {
+            check_index(Some(item), &format!("{what}.{field}[{k}]"), target, count)?;
+        }
+        Ok(())
+    };
+    let numbers = |v: &Value, what: &str, field: &str, want: Option<usize>| {
+        let Some(list) = v.get(field) else {
+            return Ok(());
+        };
+        let ok = list
+            .as_array()
+            .is_some_and(|l| l.iter().all(Value::is_number) && want.is_none_or(|n| l.len() == n));
+        if ok {
+            Ok(())
+        } else {
+            Err(invalid(
+                format!("{what}.{field}"),
+                match want {
+                    Some(n) => format!("is not an array of {n} numbers"),
+                    None => "is not an array of numbers".into(),
+                },
+            ))
+        }
+    };
+    let each = |name: &str| {
+        json.get(name)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+    };
+    check_index(json.get("scene"), "scene", "scene", len("scenes"))?;
+    for (i, scene) in each("scenes").enumerate() {
+        index_list(scene, &format!("scenes[{i}]"), "nodes", "node", nodes)?;
+    }
+    for (i, node) in each("nodes").enumerate() {
+        let what = format!("nodes[{i}]");
+        index_list(node, &what, "children", "node", nodes)?;
+        index(node, &what, "mesh", "mesh", meshes)?;
+        index(node, &what, "skin", "skin", skins)?;
+        index(node, &what, "camera", "camera", len("cameras"))?;
+        numbers(node, &what, "matrix", Some(16))?;
+        numbers(node, &what, "translation", Some(3))?;
+        numbers(node, &what, "rotation", Some(4))?;
+        numbers(node, &what, "scale", Some(3))?;
+        numbers(node, &what, "weights", None)?;
+    }
+    for (i, mesh) in each("meshes").enumerate() {
+        let what = format!("meshes[{i}]");
+        numbers(mesh, &what, "weights", None)?;
+        let primitives = mesh
+            .get("primitives")
+            .and_then(Value::as_array)
+            .ok_or_else(|| invalid(format!("{what}.primitives"), "is not an array"))?;
+        for (p, primitive) in primitives.iter().enumerate() {
+            let what = format!("{what}.primitives[{p}]");
+            if !primitive.is_object() {
+                return Err(invalid(what, "is not an object"));
+            }
+            let attributes = primitive
+                .get("attributes")
+                .and_then(Value::as_object)
+                .ok_or_else(|| invalid(format!("{what}.attributes"), "is not an object"))?;
+            for (name, v) in attributes {
+                check_index(
+                    Some(v),
+                    &format!("{what}.attributes.{name}"),
+                    "accessor",
+                    accessors,
+                )?;
+            }
+            index(primitive, &what, "indices", "accessor", accessors)?;
+            index(primitive, &what, "material", "material", len("materials"))?;
+            if let Some(mode) = primitive.get("mode") {
+                check_index(Some(mode), &format!("{what}.mode"), "mode", 7)?;
+            }
+            if let Some(targets) = primitive.get("targets") {
+                let targets = targets
+                    .as_array()
+                    .ok_or_else(|| invalid(format!("{what}.targets"), "is not an array"))?;
+                for (t, target) in targets.iter().enumerate() {
+                    let target = target.as_object().ok_or_else(|| {
+                        invalid(format!("{what}.targets[{t}]"), "is not an object")
+                    })?;
+                    for (name, v) in target {
+                        check_index(
+                            Some(v),
+                            &format!("{what}.targets[{t}].{name}"),
+                            "accessor",
+                            accessors,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    for (i, accessor) in each("accessors").enumerate() {
+        let what = format!("accessors[{i}]");
+        index(accessor, &what, "bufferView", "bufferView", views)?;
+        if let Some(sparse) = accessor.get("sparse") {
+            for part in ["indices", "values"] {
+                let object = sparse
+                    .get(part)
+                    .filter(|p| p.is_object())
+                    .ok_or_else(|| invalid(format!("{what}.sparse.{part}"), "is not an object"))?;
+                check_index(
+                    Some(object.get("bufferView").unwrap_or(&Value::Null)),
+                    &format!("{what}.sparse.{part}.bufferView"),
+                    "bufferView",
+                    views,
+                )?;
+            }
+        }
+    }
+    for (i, image) in each("images").enumerate() {
+        index(
+            image,
+            &format!("images[{i}]"),
+            "bufferView",
+            "bufferView",
+            views,
+        )?;
+    }
+    for (i, skin) in each("skins").enumerate() {
+        let what = format!("skins[{i}]");
+        let joints = skin
+            .get("joints")
+            .ok_or_else(|| invalid(format!("{what}.joints"), "is missing"))?;
+        if !joints.is_array() {
+            return Err(invalid(format!("{what}.joints"), "is not an array"));
+        }
+        index_list(skin, &what, "joints", "node", nodes)?;
+        index(skin, &what, "skeleton", "node", nodes)?;
+        index(skin, &what, "inverseBindMatrices", "accessor", accessors)?;
+    }
+    for (i, animation) in each("animations").enumerate() {
+        let what = format!("animations[{i}]");
+        let list = |field: &str| {
+            animation
+                .get(field)
+                .and_then(Value::as_array)
+                .ok_or_else(|| invalid(format!("{what}.{field}"), "is not an array"))
+        };
+        let samplers = list("samplers")?;
+        for (s, sampler) in samplers.iter().enumerate() {
+            let what = format!("{what}.samplers[{s}]");
+            if !sampler.is_object() {
+                return Err(invalid(what, "is not an object"));
+            }
+            for field in ["input", "output"] {
+                check_index(
+                    Some(sampler.get(field).unwrap_or(&Value::Null)),
+                    &format!("{what}.{field}"),
+                    "accessor",
+                    accessors,
+                )?;
+            }
+        }
+        for (c, channel) in list("channels")?.iter().enumerate() {
+            let what = format!("{what}.channels[{c}]");
+            if !channel.is_object() {
+                return Err(invalid(what, "is not an object"));
+            }
+            check_index(
+                Some(channel.get("sampler").unwrap_or(&Value::Null)),
+                &format!("{what}.sampler"),
+                "sampler",
+                samplers.len(),
+            )?;
+            let target = channel
+                .get("target")
+                .filter(|t| t.is_object())
+                .ok_or_else(|| invalid(format!("{what}.target"), "is not an object"))?;
+            index(target, &what, "node", "node", nodes)?;
+            if !target.get("path").is_some_and(Value::is_string) {
+                return Err(invalid(format!("{what}.target.path"), "is not a string"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An optional index field: absent, or an integer below `count`.
+fn check_index(
+    value: Option<&Value>,
+    what: &str,
+    target: &str,
+    count: usize,
+) -> Result<(), GltfError> {
+    match value {
+        None => Ok(()),
+        Some(v) => match v.as_u64() {
+            Some(i) if (i as usize) < count && i <= u32::MAX as u64 => Ok(()),
+            Some(i) => Err(invalid(what, format!("{target} {i} does not exist"))),
+            None => Err(invalid(what, "is not a non-negative integer")),
+        },
+    }
+}
+
+/// Every `extensions` member anywhere in the JSON (except inside `extras`, which belong to
+/// the application) is an object.
+fn check_extensions(value: &Value, path: &str) -> Result<(), GltfError> {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                let here = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                if key == "extras" {
+                    continue;
+                }
+                if key == "extensions" && !child.is_object() {
+                    return Err(invalid(here, "is not an object"));
+                }
+                check_extensions(child, &here)?;
+            }
+            Ok(())
+        }
+        Value::Array(list) => {
+            for (i, child) in list.iter().enumerate() {
+                check_extensions(child, &format!("{path}[{i}]"))?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn usize_field(object: &Value, field: &str, what: &str) -> Result<Option<usize>, GltfError> {

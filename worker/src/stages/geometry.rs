@@ -440,8 +440,14 @@ fn compose_in_texture_infos(value: &mut Value, q_offset: [f32; 2], q_scale: [f32
             if (key.ends_with("Texture") || key.ends_with("texture"))
                 && child.get("index").is_some()
             {
-                let info = child.as_object_mut().expect("object");
+                let Some(info) = child.as_object_mut() else {
+                    continue;
+                };
                 let extensions = info.entry("extensions").or_insert_with(|| json!({}));
+                if !extensions.is_object() {
+                    // The reader refuses such files; never index into a non-object.
+                    *extensions = json!({});
+                }
                 let existing = extensions
                     .get("KHR_texture_transform")
                     .cloned()
@@ -1549,12 +1555,23 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
             child["weights"] = weights.clone();
         }
         let child_index = asset.array("nodes").len();
-        asset.json["nodes"].as_array_mut().unwrap().push(child);
-        let parent = asset.json["nodes"][n].as_object_mut().unwrap();
+        let what = format!("nodes[{n}]");
+        let nodes = asset
+            .json
+            .get_mut("nodes")
+            .and_then(Value::as_array_mut)
+            .ok_or_else(|| invalid("nodes", "is not an array"))?;
+        nodes.push(child);
+        let parent = nodes[n]
+            .as_object_mut()
+            .ok_or_else(|| invalid(&what, "is not an object"))?;
         parent.remove("mesh");
         parent.remove("weights");
         let children = parent.entry("children").or_insert_with(|| json!([]));
-        children.as_array_mut().unwrap().push(json!(child_index));
+        children
+            .as_array_mut()
+            .ok_or_else(|| invalid(format!("{what}.children"), "is not an array"))?
+            .push(json!(child_index));
         moved.insert(n, child_index);
     }
     // Morph weight animations follow the mesh to its new node.
@@ -1581,7 +1598,9 @@ fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError>
 /// `node`'s transform becomes `M · D` (D = translate(o) · uniform scale(s)); false if the
 /// node's transform can't be read.
 fn bake_into_node(node: &mut Value, d: &[f32; 16]) -> bool {
-    let object = node.as_object_mut().expect("node");
+    let Some(object) = node.as_object_mut() else {
+        return false;
+    };
     if let Some(matrix) = object.get("matrix").and_then(Value::as_array) {
         let m: Vec<f32> = matrix
             .iter()
@@ -1714,10 +1733,17 @@ fn add_extension(json: &mut Value, name: &str, required: bool) {
         if list == "extensionsRequired" && !required {
             continue;
         }
-        let object = json.as_object_mut().expect("object");
+        let Some(object) = json.as_object_mut() else {
+            return;
+        };
         let entry = object.entry(list).or_insert_with(|| json!([]));
-        let array = entry.as_array_mut().expect("array");
-        if !array.iter().any(|e| e == name) {
+        if !entry.is_array() {
+            // The reader refuses such files; a list that is not one is replaced, not indexed.
+            *entry = json!([]);
+        }
+        if let Some(array) = entry.as_array_mut()
+            && !array.iter().any(|e| e == name)
+        {
             array.push(json!(name));
         }
     }
@@ -1727,8 +1753,10 @@ fn remove_extension(json: &mut Value, name: &str) {
     for list in ["extensionsUsed", "extensionsRequired"] {
         if let Some(array) = json.get_mut(list).and_then(Value::as_array_mut) {
             array.retain(|e| e != name);
-            if array.is_empty() {
-                json.as_object_mut().unwrap().remove(list);
+            if array.is_empty()
+                && let Some(object) = json.as_object_mut()
+            {
+                object.remove(list);
             }
         }
     }
@@ -2173,7 +2201,18 @@ pub fn run(
             tree: &tree,
             model: &entry.path,
         };
-        match optimize_model(&bytes, &resources, options) {
+        // A panic is a bug in Kiln that this file found: that file fails, the build goes on.
+        let optimized =
+            match crate::gltf::guard_model(|| Ok(optimize_model(&bytes, &resources, options))) {
+                Ok(result) => result,
+                Err(internal) => {
+                    report.failed += 1;
+                    outcomes.push(ModelOutcome::Failed(entry.path.clone(), internal));
+                    progress((n + 1) as f64 / models.len() as f64);
+                    continue;
+                }
+            };
+        match optimized {
             Ok(model) => {
                 let quantized = variant_path(&entry.path, "quantized");
                 let meshopt = variant_path(&entry.path, "meshopt");

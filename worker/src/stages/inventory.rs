@@ -165,7 +165,7 @@ fn kind_by_extension(ext: &str) -> FileKind {
 }
 
 /// External URIs of a glTF's buffers and images (`true` for images); data URIs are inline.
-fn gltf_resources(bytes: &[u8]) -> Result<Vec<(String, bool)>, String> {
+pub fn gltf_resources(bytes: &[u8]) -> Result<Vec<(String, bool)>, String> {
     #[derive(Deserialize)]
     struct Uri {
         uri: Option<String>,

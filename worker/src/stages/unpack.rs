@@ -43,6 +43,9 @@ pub enum UnpackError {
     UnsupportedEntry { entry: String, kind: String },
     #[error("entry {entry:?}: duplicate path")]
     Duplicate { entry: String },
+    /// `a` as a file and `a/b` (or a directory `a/`): no tree can hold both.
+    #[error("entry {entry:?}: {path:?} is both a file and a directory in this package")]
+    FileAndDirectory { entry: String, path: String },
     #[error("package has more than {limit} entries")]
     TooManyEntries { limit: u64 },
     #[error("entry {entry:?}: package expands beyond {limit} bytes")]
@@ -85,6 +88,7 @@ pub fn run(
         limits,
         package_bytes,
         seen: HashSet::new(),
+        dirs: HashSet::new(),
         files: Vec::new(),
         entries: 0,
         total: 0,
@@ -203,6 +207,9 @@ fn unpack_tar_gz(package: &Path, writer: &mut TreeWriter<'_>) -> Result<(), Unpa
         let kind = entry.header().entry_type();
         match kind {
             tar::EntryType::Regular | tar::EntryType::Continuous => {}
+            // A pax global header (`git archive` writes one with the commit id) holds
+            // defaults for the entries after it, not a file: nothing to write.
+            tar::EntryType::XGlobalHeader => continue,
             tar::EntryType::Directory => {
                 let path = safe_relative_path(&raw_path, &name)?;
                 writer.directory(&path, &name)?;
@@ -235,14 +242,39 @@ struct TreeWriter<'a> {
     limits: &'a UnpackLimits,
     package_bytes: u64,
     seen: HashSet<String>,
+    /// Every directory the tree has so far, named or implied by a file's path.
+    dirs: HashSet<String>,
     files: Vec<TreeFile>,
     entries: u64,
     total: u64,
 }
 
 impl TreeWriter<'_> {
-    fn directory(&mut self, path: &str, _name: &str) -> Result<(), UnpackError> {
+    fn directory(&mut self, path: &str, name: &str) -> Result<(), UnpackError> {
+        self.claim_directory(path, name)?;
         std::fs::create_dir_all(self.dest.join(path)).map_err(|e| UnpackError::Io(e.to_string()))
+    }
+
+    /// Records `path` and its parents as directories; a file already there is a clash.
+    fn claim_directory(&mut self, path: &str, name: &str) -> Result<(), UnpackError> {
+        let mut at = path.len();
+        loop {
+            let dir = &path[..at];
+            if self.seen.contains(dir) {
+                return Err(UnpackError::FileAndDirectory {
+                    entry: name.into(),
+                    path: dir.into(),
+                });
+            }
+            if !self.dirs.insert(dir.to_string()) {
+                break; // its parents are recorded already
+            }
+            match dir.rfind('/') {
+                Some(slash) => at = slash,
+                None => break,
+            }
+        }
+        Ok(())
     }
 
     fn check_declared(&self, name: &str, size: u64, compressed: u64) -> Result<(), UnpackError> {
@@ -269,6 +301,15 @@ impl TreeWriter<'_> {
         corrupt: impl Fn(std::io::Error) -> UnpackError,
     ) -> Result<(), UnpackError> {
         // Exact duplicates and aliases such as `a//b` vs `a/b` both land here.
+        if self.dirs.contains(path) {
+            return Err(UnpackError::FileAndDirectory {
+                entry: name.into(),
+                path: path.into(),
+            });
+        }
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.claim_directory(parent, name)?;
+        }
         if !self.seen.insert(path.to_string()) {
             return Err(UnpackError::Duplicate { entry: name.into() });
         }

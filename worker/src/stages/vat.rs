@@ -534,6 +534,7 @@ pub fn bake_model(asset: &Asset, source: &str, options: &VatOptions) -> Result<V
     let mut used = Vec::new();
     for node in nodes {
         let folder = folder_name(asset, node, &mut used);
+        check_samples(&rig, &clips, node, options.frame_rate)?;
         let started = Instant::now();
         let mut frames = evaluate(&rig, &clips, node, options.frame_rate);
         let evaluate_seconds = started.elapsed().as_secs_f64();
@@ -546,6 +547,33 @@ pub fn bake_model(asset: &Asset, source: &str, options: &VatOptions) -> Result<V
         meshes.push(mesh);
     }
     Ok(VatBake { meshes, report })
+}
+
+/// Vertex positions one bake may hold in memory (frames × vertices): far beyond what fits in
+/// the largest textures, so only a hostile clip length or vertex count reaches it.
+pub const MAX_SAMPLES: usize = 1 << 25;
+
+/// Refuses a bake whose frames × vertices would not fit in memory, before allocating them
+/// (a clip can claim to last 10¹² seconds).
+fn check_samples(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Result<(), VatError> {
+    let vertices = Deformer::new(rig, node).vertices;
+    let mut frames = 0usize;
+    for (i, clip) in clips.iter().enumerate() {
+        let seconds = clip.range().1;
+        let fits = seconds.is_finite() && seconds * frame_rate < MAX_SAMPLES as f64;
+        frames = frames.saturating_add(if fits {
+            clip_frames(seconds, frame_rate)
+        } else {
+            usize::MAX
+        });
+        if frames.saturating_mul(vertices.max(1)) > MAX_SAMPLES {
+            return Err(VatError::Invalid(format!(
+                "clip {:?} ({seconds} s) at {frame_rate} frames/s with {vertices} vertices needs more than {MAX_SAMPLES} vertex samples",
+                clip_name(clip, i)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_options(options: &VatOptions) -> Result<(), VatError> {
@@ -1153,9 +1181,14 @@ pub fn run(
             tree: &tree,
             model: &entry.path,
         };
-        let baked = Asset::read(&bytes, &resources)
-            .map_err(VatError::from)
-            .and_then(|asset| bake_model(&asset, &entry.path, options));
+        // A panic is a bug in Kiln that this file found: that file is not baked, the build
+        // goes on.
+        let baked = crate::gltf::guard_model(|| {
+            Asset::read(&bytes, &resources)
+                .map_err(VatError::from)
+                .and_then(|asset| bake_model(&asset, &entry.path, options))
+                .map_err(|e| e.to_string())
+        });
         let bake = match baked {
             Ok(b) => b,
             Err(e) => {
@@ -1163,7 +1196,7 @@ pub fn run(
                     source: entry.path.clone(),
                     baked: vec![],
                     report: None,
-                    error: Some(e.to_string()),
+                    error: Some(e),
                 });
                 continue;
             }
