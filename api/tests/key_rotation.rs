@@ -145,10 +145,12 @@ async fn a_page_built_before_a_rotation_verifies_the_resigned_manifest() {
     // Rotate the online key: the workers restart with a new one (same address, so the page's
     // absolute links still point here).
     let bind = kiln.url.trim_start_matches("http://").to_string();
+    let content_bind = kiln.content.trim_start_matches("http://").to_string();
     let kiln = kiln
         .restart_with(|c| {
             c.signing_key_file = key_b.display().to_string();
             c.bind = bind;
+            c.content_bind = content_bind;
         })
         .await;
     let new_kid = kiln_common::signing::ManifestSigner::load_or_generate(&key_b)
@@ -206,7 +208,13 @@ async fn key_commands_rotate_revoke_and_rotate_the_root() {
     let new_kid = rotated.active().unwrap().kid.clone();
     assert_ne!(new_kid, old.kid());
     let bind = kiln.url.trim_start_matches("http://").to_string();
-    let kiln = kiln.restart_with(|c| c.bind = bind).await;
+    let content_bind = kiln.content.trim_start_matches("http://").to_string();
+    let kiln = kiln
+        .restart_with(|c| {
+            c.bind = bind;
+            c.content_bind = content_bind;
+        })
+        .await;
     let db = kiln.running.as_ref().unwrap().state.db.clone();
     wait_signed_by(&kiln, "commands", &new_kid).await;
 
@@ -225,8 +233,9 @@ async fn key_commands_rotate_revoke_and_rotate_the_root() {
     let jwks = kiln.jwks().await;
     assert!(!jwks.to_string().contains(old.kid()), "{jwks}");
 
-    // The live manifest's bytes signed again by the revoked key (a thief holding it).
-    let manifest_url = format!("{}/v1/games/commands/manifest", kiln.url);
+    // The live manifest's bytes signed again by the revoked key (a thief holding it), where
+    // pages fetch it: the content origin.
+    let manifest_url = format!("{}/v1/games/commands/manifest", kiln.content);
     let live = kiln.http.get(&manifest_url).send().await.unwrap();
     let bytes = live.bytes().await.unwrap();
     let forged = json!({

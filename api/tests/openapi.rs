@@ -45,6 +45,21 @@ const ROUTES: &[(&str, &str, Auth, &[u16])] = &[
         &[400, 404, 503],
     ),
     ("get", "/v1/keys", Auth::None, &[503]),
+    ("get", "/v1/keys/trust", Auth::None, &[404, 503]),
+    (
+        "post",
+        "/v1/builds/{id}/retry",
+        Auth::Team,
+        &[400, 401, 404, 409, 503],
+    ),
+    (
+        "post",
+        "/v1/games/{game}/transfer",
+        Auth::Admin,
+        &[400, 401, 404, 415, 503],
+    ),
+    ("post", "/dashboard/session", Auth::None, &[400, 401, 403]),
+    ("delete", "/dashboard/session", Auth::None, &[403]),
     (
         "post",
         "/v1/games/{game}/releases",

@@ -54,6 +54,10 @@ enum Command {
         /// URL prefix for objects in the manifest.
         #[arg(long, default_value = "cdn")]
         cdn_base: String,
+        /// A trust document as `/v1/keys/trust` serves it: rewritten pages pin its roots (as a
+        /// worker's do) instead of the signing key itself.
+        #[arg(long)]
+        trust: Option<PathBuf>,
         /// Also bake every animated model into vertex animation textures (the `[vat]`
         /// configuration's settings; a `kiln.toml` in the package can refine them).
         #[arg(long)]
@@ -208,6 +212,7 @@ fn main() -> std::process::ExitCode {
             build_id,
             key,
             cdn_base,
+            trust,
             vat,
         } => {
             let mut config = config;
@@ -218,6 +223,7 @@ fn main() -> std::process::ExitCode {
                 game,
                 version,
                 build_id,
+                trust,
             };
             runtime.block_on(process(config, package, out, ids, key, cdn_base))
         }
@@ -394,6 +400,8 @@ struct Ids {
     game: String,
     version: String,
     build_id: String,
+    /// A trust document whose roots the pages pin.
+    trust: Option<PathBuf>,
 }
 
 async fn process(
@@ -419,9 +427,21 @@ async fn process(
         created_at: kiln_common::db::now(),
     };
     drop(bytes);
+    let trust_roots = match &ids.trust {
+        Some(path) => {
+            let bytes =
+                std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            kiln_common::trust::SignedTrust::parse(&bytes)
+                .and_then(|(signed, _)| kiln_common::trust::parse_trust_document(&signed))
+                .map_err(|e| anyhow::anyhow!("{}: not a trust document: {e}", path.display()))?
+                .roots
+        }
+        None => Vec::new(),
+    };
     let work = tempfile_dir(&out)?;
     let options = pipeline::PipelineOptions {
         cdn_base,
+        trust_roots,
         ..runtime::pipeline_options(&config)?
     };
     eprintln!("kiln-worker: processing {}", package.display());

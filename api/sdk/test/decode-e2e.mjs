@@ -291,13 +291,16 @@ export async function run({ manifest, model, deviceClass = null, timeoutMs = 600
     report.events = [ea, eb];
 
     // Every decode event left in a beacon to the Kiln, and the Kiln did not refuse it.
-    const key = (e) => JSON.stringify(e);
+    // The loader adds the manifest's beacon token to what it posts (docs/telemetry.md).
+    const key = (e) => { const { beacon, ...rest } = e; return JSON.stringify(rest); };
     const deadline = Date.now() + 5000;
     const sent = () => new Set(posts.flatMap((p) => p.events.filter((e) => e.type === 'decode').map(key)));
     while (!report.events.every((e) => sent().has(key(e))) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     report.telemetry = { url: telemetryUrl, posts: posts.length, statuses: posts.map((p) => p.status) };
     check(report.events.every((e) => sent().has(key(e))), `not every decode event was posted to ${telemetryUrl} (${posts.length} posts seen)`);
+    const untokened = posts.flatMap((p) => p.events.filter((e) => e.type === 'decode' && !(e.beacon && typeof e.beacon.token === 'string')));
+    if (body.beacon) check(!untokened.length, `decode events posted without the manifest's beacon token: ${show(untokened)}`);
     const refused = posts.filter((p) => p.status >= 400);
     check(!refused.length, `${telemetryUrl} answered ${refused.map((p) => p.status).join(', ')} to a beacon`);
     report.ok = true;

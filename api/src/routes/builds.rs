@@ -201,6 +201,7 @@ pub async fn report(
     params(("id" = String, Path, description = "The build's id")),
     responses(
         (status = 202, description = "Queued again", body = crate::routes::uploads::UploadResponse),
+        (status = 400, description = "Unreadable build id", body = crate::error::ErrorBody),
         (status = 401, description = "No or unknown token", body = crate::error::ErrorBody),
         (status = 404, description = "No such build of this team", body = crate::error::ErrorBody),
         (status = 409, description = "The build is not failed, its package is gone, or another build of the same bytes and version exists", body = crate::error::ErrorBody),

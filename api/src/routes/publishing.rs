@@ -185,7 +185,8 @@ pub async fn keys(State(state): State<AppState>) -> ApiResult<Response> {
 
 #[utoipa::path(get, path = "/v1/keys/trust",
     description = "The newest trust document, signed by the root key(s): `{\"signed\": \"<document JSON text>\", \"signatures\": [{\"keyid\", \"sig\"}]}`; each signature is Ed25519 over the UTF-8 bytes of `signed`. The document: `{version, expires, roots: [jwk], keys: [{jwk, status: active|retired}], revoked: [kid]}` (docs/key-rotation.md). `404` before the first `kiln-worker keys init` (or first embedded start).",
-    responses((status = 200, content_type = "application/json"), (status = 304), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, content_type = "application/json"), (status = 304), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)))]
 pub async fn trust(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
     let Some(row) = state.db.latest_trust_document().await? else {
         return Err(ApiError::not_found(

@@ -163,8 +163,19 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     );
     assert!(loader.text().await.unwrap().contains("preheat"));
 
-    // The library: one entry, two games, nothing saved yet.
-    let (code, library) = kiln.get_json(&token_a, "/v1/library").await;
+    // A team sees only what its own games use: one entry, its one game.
+    let (code, own) = kiln.get_json(&token_a, "/v1/library").await;
+    assert_eq!(code, 200, "{own}");
+    assert_eq!(own["entries"].as_array().map(Vec::len), Some(1), "{own}");
+    assert_eq!(
+        (
+            own["entries"][0]["games"].as_i64(),
+            own["entries"][0]["builds"].as_i64()
+        ),
+        (Some(1), Some(1))
+    );
+    // The admin sees the library: one entry, two games, nothing saved yet.
+    let (code, library) = kiln.get_json(ADMIN, "/v1/library").await;
     assert_eq!(code, 200, "{library}");
     let entries = library["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 1, "{library}");
@@ -209,7 +220,7 @@ pub async fn engines_split_into_the_shared_library(deployment: Deployment) {
     );
     // Written by the ingest batcher within its flush interval.
     let library = eventually("the hits in the library", || async {
-        let (_, library) = kiln.get_json(&token_b, "/v1/library").await;
+        let (_, library) = kiln.get_json(ADMIN, "/v1/library").await;
         (library["entries"][0]["hits"] == 2).then_some(library)
     })
     .await;

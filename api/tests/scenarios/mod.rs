@@ -913,10 +913,20 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
     let db = &kiln.running.as_ref().unwrap().state.db;
     assert_eq!(db.manifests_for_build(&id).await.unwrap().len(), 1);
 
-    // Outputs identical to an uninterrupted run of the same package with the same key.
+    // Outputs identical to an uninterrupted run of the same package with the same key (and
+    // the same trust roots pinned in its pages).
     let out = kiln.dir.path().join("reference");
     let package_file = kiln.dir.path().join("sample.zip");
     std::fs::write(&package_file, &package).unwrap();
+    let trust_file = kiln.dir.path().join("trust.json");
+    let trust = kiln
+        .http
+        .get(format!("{}/v1/keys/trust", kiln.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(trust.status(), 200);
+    std::fs::write(&trust_file, trust.bytes().await.unwrap()).unwrap();
     let reference = std::process::Command::new(worker_binary())
         .args([
             "process",
@@ -925,6 +935,7 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
             out.to_str().unwrap(),
         ])
         .args(["--key", key_file.to_str().unwrap()])
+        .args(["--trust", trust_file.to_str().unwrap()])
         // The same game, build and URLs: rewritten pages name the game, build, loader and library.
         .args([
             "--game",
