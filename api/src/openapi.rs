@@ -109,12 +109,34 @@ impl Modify for Constraints {
                 Content::new(Some(Ref::from_schema_name("ErrorBody"))),
             )
             .build();
-        for item in openapi.paths.paths.values_mut() {
+        // Game content is served by the content origin only (`KILN_CONTENT_URL`); the API
+        // origin answers these paths with a redirect there (lib.rs `router`).
+        let to_content = ResponseBuilder::new()
+            .description(
+                "On the API origin: `308` to the same path on the content origin (`KILN_CONTENT_URL`), which serves it",
+            )
+            .header(
+                "location",
+                utoipa::openapi::HeaderBuilder::new()
+                    .schema(Some(Object::with_type(Type::String)))
+                    .build(),
+            )
+            .build();
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let content = ["/play/", "/cdn/", "/sdk/"]
+                .iter()
+                .any(|prefix| path.starts_with(prefix));
             for op in operations(item) {
                 op.responses
                     .responses
                     .entry("408".into())
                     .or_insert_with(|| timeout.clone().into());
+                if content {
+                    op.responses
+                        .responses
+                        .entry("308".into())
+                        .or_insert_with(|| to_content.clone().into());
+                }
                 for param in op.parameters.iter_mut().flatten() {
                     let RefOr::T(param) = param else { continue };
                     let Some(RefOr::T(Schema::Object(schema))) = param.schema.as_mut() else {
