@@ -4,47 +4,8 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::Command;
-
 use common::*;
 use serde_json::{Value, json};
-
-fn sdk_dir() -> PathBuf {
-    let dir = repo_root().join("api/sdk");
-    npm_installed(&dir, "node_modules/three-150/build/three.min.js", "ci");
-    dir
-}
-
-/// Runs the steps in one browser context (one localStorage, one cookie jar); one line each.
-async fn browse(steps: Value) -> Vec<Value> {
-    let dir = sdk_dir();
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(steps.to_string().as_bytes()).unwrap();
-    let path = file.path().to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(dir.join("test/e2e.mjs"))
-            .args(["--steps", path.to_str().unwrap(), "--timeout-ms", "60000"])
-            .output()
-            .expect("node runs e2e.mjs (is chromium installed?)")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    assert_eq!(
-        lines.len(),
-        steps.as_array().unwrap().len(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    lines
-}
 
 /// A game whose script takes whatever it can reach: every `localStorage` entry, the cookies
 /// it can read, and the dashboard's data (from its own origin and from the API's, with

@@ -10,7 +10,6 @@
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,13 +17,6 @@ use base64::Engine;
 use common::*;
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
 use serde_json::{Value, json};
-
-/// The loader's folder, its test packages (playwright-core, three 0.150) installed.
-fn sdk_dir() -> PathBuf {
-    let dir = repo_root().join("api/sdk");
-    npm_installed(&dir, "node_modules/three-150/build/three.min.js", "ci");
-    dir
-}
 
 #[test]
 fn loader_browser_tests_pass() {
@@ -43,35 +35,6 @@ fn loader_browser_tests_pass() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("# fail 0"), "{stdout}");
-}
-
-/// Runs the steps in one browser; one result per step.
-async fn browse(steps: Value) -> Vec<Value> {
-    let dir = sdk_dir();
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(steps.to_string().as_bytes()).unwrap();
-    let path = file.path().to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(dir.join("test/e2e.mjs"))
-            .args(["--steps", path.to_str().unwrap(), "--timeout-ms", "60000"])
-            .output()
-            .expect("node runs e2e.mjs (is chromium installed?)")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
-        .collect();
-    assert_eq!(
-        lines.len(),
-        steps.as_array().unwrap().len(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    lines
 }
 
 /// `outcome/reason` of each engine event a page reported.

@@ -495,3 +495,40 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub fn distributed_available() -> bool {
     std::env::var("KILN_TEST_PG_URL").is_ok() && std::env::var("KILN_TEST_S3_ENDPOINT").is_ok()
 }
+
+/// The loader's folder, its test packages (playwright-core, three 0.150) installed.
+pub fn sdk_dir() -> PathBuf {
+    let dir = repo_root().join("api/sdk");
+    npm_installed(&dir, "node_modules/three-150/build/three.min.js", "ci");
+    dir
+}
+
+/// Runs `api/sdk/test/e2e.mjs` (real headless Chromium) over `steps` in one browser (one
+/// localStorage, one cookie jar, unless a step asks for a new context); one result per step.
+pub async fn browse(steps: Value) -> Vec<Value> {
+    let dir = sdk_dir();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(steps.to_string().as_bytes()).unwrap();
+    let path = file.path().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .arg(dir.join("test/e2e.mjs"))
+            .args(["--steps", path.to_str().unwrap(), "--timeout-ms", "60000"])
+            .output()
+            .expect("node runs e2e.mjs (is chromium installed?)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        steps.as_array().unwrap().len(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    lines
+}
