@@ -58,7 +58,7 @@ export async function runSteps(steps, { timeoutMs = 15000, print = (line) => pro
       try {
         await page.goto(step.open, { waitUntil: 'domcontentloaded', timeout: limit });
         if (step.run) await page.evaluate(step.run);
-        if (step.wait_for) await page.waitForFunction(step.wait_for, null, { timeout: limit, polling: 50 });
+        if (step.wait_for) await waitFor(page, step.wait_for, limit);
         started = true;
         if (step.eval) result = await page.evaluate(step.eval);
       } catch (e) {
@@ -87,6 +87,18 @@ function usage(message) {
   if (message) process.stderr.write(`e2e: ${message}\n`);
   process.stderr.write('usage: node api/sdk/test/e2e.mjs --steps steps.json [--timeout-ms N]\n');
   process.exit(2);
+}
+
+// Polls `expr` from here (the DevTools protocol's evaluate) rather than inside the page
+// (`waitForFunction` polls with eval): a page whose CSP forbids eval — the dashboard's — is
+// waited on too, on a busy machine where the first check comes too early.
+async function waitFor(page, expr, limit) {
+  const deadline = Date.now() + limit;
+  for (;;) {
+    if (await page.evaluate(expr).catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${limit} ms waiting for ${expr}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 async function main(argv) {
