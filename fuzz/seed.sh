@@ -142,6 +142,12 @@ seed_text manifest_signature "$(printf 'sig=, keyid=\n{"schema":1,"game":"g","ve
 for t in gltf_geometry animation vat; do seed "$t" worker/tests/fixtures/hostile/*; done
 seed inventory worker/tests/fixtures/hostile/*.gltf
 
+# --- every input a target failed on before (fuzz/regressions/<target>/) -------------------
+for t in "$corpus"/*/; do
+  t=$(basename "$t")
+  if [ -d "fuzz/regressions/$t" ]; then seed "$t" "fuzz/regressions/$t"/*; fi
+done
+
 for t in "$corpus"/*/; do
   printf '%-20s %4d seeds\n' "$(basename "$t")" "$(find "$t" -type f | wc -l)"
 done

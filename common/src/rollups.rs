@@ -8,7 +8,32 @@
 
 use std::collections::HashMap;
 
-use crate::db::TelemetryEvent;
+use crate::telemetry::TelemetryEvent;
+
+/// One latency bucket's count.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "services", derive(sqlx::FromRow))]
+pub struct SketchRow {
+    pub hour: String,
+    pub game: String,
+    pub subject: String,
+    pub facet: String,
+    pub device_class: String,
+    pub bucket: i64,
+    pub count: i64,
+}
+
+/// One client's decode-latency bucket, as the variant choices read it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "services", derive(sqlx::FromRow))]
+pub struct ClientSketchRow {
+    pub asset: String,
+    pub variant: String,
+    pub device_class: String,
+    pub client: String,
+    pub bucket: i64,
+    pub count: i64,
+}
 
 /// Relative accuracy of every quantile read from the buckets.
 pub const ALPHA: f64 = 0.02;
@@ -216,8 +241,8 @@ pub struct SketchKey {
 
 /// Merges stored buckets by `key` and reads each sketch's count and quantiles `qs`.
 pub fn merge_quantiles<K: std::hash::Hash + Eq>(
-    rows: &[crate::db::SketchRow],
-    key: impl Fn(&crate::db::SketchRow) -> K,
+    rows: &[SketchRow],
+    key: impl Fn(&SketchRow) -> K,
     qs: &[f64],
 ) -> HashMap<K, (i64, Vec<f64>)> {
     let mut sketches: HashMap<K, HashMap<i32, i64>> = HashMap::new();
@@ -240,7 +265,7 @@ pub fn merge_quantiles<K: std::hash::Hash + Eq>(
 }
 
 /// Count and `q` quantile per (subject, facet, device class).
-pub fn quantiles_by_key(rows: &[crate::db::SketchRow], q: f64) -> HashMap<SketchKey, (u64, f64)> {
+pub fn quantiles_by_key(rows: &[SketchRow], q: f64) -> HashMap<SketchKey, (u64, f64)> {
     merge_quantiles(
         rows,
         |r| SketchKey {
@@ -269,10 +294,7 @@ pub struct RobustDecode {
 
 /// Per-client sketches (`decode_client_buckets`) → [`RobustDecode`] per (asset, variant,
 /// device class), each client's `q` quantile (p90) then the median across clients.
-pub fn robust_decodes(
-    rows: &[crate::db::ClientSketchRow],
-    q: f64,
-) -> HashMap<SketchKey, RobustDecode> {
+pub fn robust_decodes(rows: &[ClientSketchRow], q: f64) -> HashMap<SketchKey, RobustDecode> {
     let mut per_client: HashMap<(SketchKey, &str), Vec<(i32, i64)>> = HashMap::new();
     for row in rows {
         per_client
@@ -418,11 +440,11 @@ mod tests {
         assert!(untrusted.is_empty());
     }
 
-    fn client_rows(rows: &[(&str, &[f64])]) -> Vec<crate::db::ClientSketchRow> {
+    fn client_rows(rows: &[(&str, &[f64])]) -> Vec<ClientSketchRow> {
         let mut out = Vec::new();
         for (client, values) in rows {
             for v in *values {
-                out.push(crate::db::ClientSketchRow {
+                out.push(ClientSketchRow {
                     asset: "m.glb".into(),
                     variant: "meshopt".into(),
                     device_class: "android-low".into(),

@@ -11,8 +11,45 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::db::TelemetryEvent;
 use crate::devices;
+
+/// A validated loader event (`parse` makes one; `db::telemetry` stores it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TelemetryEvent {
+    /// `preheat`, `decode` or `manifest`.
+    pub kind: String,
+    pub game: String,
+    pub engine: Option<String>,
+    pub version: Option<String>,
+    pub outcome: Option<String>,
+    pub reason: Option<String>,
+    /// Pre-warm: ms until the engine was ready; decode: ms the decode took.
+    pub ms: Option<f64>,
+    pub prewarmed: Option<bool>,
+    /// Pre-warm hit: the engine was on the device, put there by a visit of another game.
+    pub shared: Option<bool>,
+    /// Decode: the model's path in the build, its variant and the decoder used.
+    pub asset: Option<String>,
+    pub variant: Option<String>,
+    pub decoder: Option<String>,
+    /// Pre-warm: the engine's size; decode: the variant's size.
+    pub bytes: Option<i64>,
+    /// Decode: another variant than the chosen one was used.
+    pub fallback: Option<bool>,
+    /// By the rule table (`common/rules/device-classes.toml`); `unknown` without a device.
+    pub device_class: String,
+    pub os: Option<String>,
+    pub runtime: Option<String>,
+    pub device_model: Option<String>,
+    /// The device descriptor as sent (JSON).
+    pub device: Option<String>,
+    /// The manifest token the event carried (checked by `telemetry::authenticate`).
+    pub claim: Option<crate::telemetry::BeaconClaim>,
+    /// Its token was valid: only trusted events feed rollups, metrics, choices and ROI.
+    pub trusted: bool,
+    /// A salted hash of the client's address (`BeaconSecret::client_id`).
+    pub client: Option<String>,
+}
 
 pub const OUTCOMES: &[&str] = &["hit", "miss", "fallback", "error", "rejected"];
 pub const REASONS: &[&str] = &[

@@ -1,16 +1,7 @@
-//! Stage `animation` alone (keyframe reduction and quantization) on one model's bytes.
+//! Stage `animation` alone (`kiln_worker::fuzzing::animation_stage`).
+//! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
-use kiln_worker::gltf::NoResources;
-use kiln_worker::stages::animation::{self, AnimationOptions};
-use kiln_worker::stages::geometry::MeshoptCodec;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = animation::animation_only_variants(
-        data,
-        &NoResources,
-        &AnimationOptions::default(),
-        MeshoptCodec::Ext,
-    );
-});
+fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::animation_stage(data));

@@ -1,18 +1,7 @@
-//! Stage `engines`' detection: the shipped rule table on a script's bytes, module sniffing
-//! and the static import scan.
+//! Stage `engines`' detection and import scan (`kiln_worker::fuzzing::engine_detection`).
+//! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
-use std::sync::OnceLock;
-
-use kiln_worker::stages::engines::{modules, rules};
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    static RULES: OnceLock<rules::EngineRules> = OnceLock::new();
-    let rules = RULES.get_or_init(|| rules::EngineRules::load(None).expect("shipped rules"));
-    let _ = rules.detect("js/engine.js", data);
-    let _ = rules::is_module("js/engine.mjs", data);
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = modules::imports_of(text);
-    }
-});
+fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::engine_detection(data));

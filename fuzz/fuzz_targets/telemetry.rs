@@ -1,10 +1,7 @@
-//! The loader's telemetry beacon parser (`common/src/telemetry.rs`), on a beacon body.
+//! The telemetry beacon parser (`kiln_worker::fuzzing::telemetry`).
+//! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(parsed) = kiln_common::telemetry::parse(data, 50) {
-        assert!(parsed.events.len() <= 50);
-    }
-});
+fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::telemetry(data));

@@ -1,12 +1,7 @@
-//! Stage `vat`: one model baked into vertex animation textures, or a clear error.
+//! Stage `vat` (`kiln_worker::fuzzing::vat_stage`).
+//! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
-use kiln_worker::gltf::{Asset, NoResources};
-use kiln_worker::stages::vat::{self, VatOptions};
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(asset) = Asset::read(data, &NoResources) {
-        let _ = vat::bake_model(&asset, "model.glb", &VatOptions::default());
-    }
-});
+fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::vat_stage(data));

@@ -6,44 +6,8 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::{Db, DbError};
 use crate::rollups::Rollup;
-
-/// A validated loader event (`common/src/telemetry.rs`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TelemetryEvent {
-    /// `preheat`, `decode` or `manifest`.
-    pub kind: String,
-    pub game: String,
-    pub engine: Option<String>,
-    pub version: Option<String>,
-    pub outcome: Option<String>,
-    pub reason: Option<String>,
-    /// Pre-warm: ms until the engine was ready; decode: ms the decode took.
-    pub ms: Option<f64>,
-    pub prewarmed: Option<bool>,
-    /// Pre-warm hit: the engine was on the device, put there by a visit of another game.
-    pub shared: Option<bool>,
-    /// Decode: the model's path in the build, its variant and the decoder used.
-    pub asset: Option<String>,
-    pub variant: Option<String>,
-    pub decoder: Option<String>,
-    /// Pre-warm: the engine's size; decode: the variant's size.
-    pub bytes: Option<i64>,
-    /// Decode: another variant than the chosen one was used.
-    pub fallback: Option<bool>,
-    /// By the rule table (`common/rules/device-classes.toml`); `unknown` without a device.
-    pub device_class: String,
-    pub os: Option<String>,
-    pub runtime: Option<String>,
-    pub device_model: Option<String>,
-    /// The device descriptor as sent (JSON).
-    pub device: Option<String>,
-    /// The manifest token the event carried (checked by `telemetry::authenticate`).
-    pub claim: Option<crate::telemetry::BeaconClaim>,
-    /// Its token was valid: only trusted events feed rollups, metrics, choices and ROI.
-    pub trusted: bool,
-    /// A salted hash of the client's address (`BeaconSecret::client_id`).
-    pub client: Option<String>,
-}
+pub use crate::rollups::{ClientSketchRow, SketchRow};
+pub use crate::telemetry::TelemetryEvent;
 
 /// A stored event, as the tests read it back.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
@@ -99,18 +63,6 @@ pub struct DecodeRollupRow {
     pub fallbacks: i64,
     pub bytes: i64,
     pub ms_sum: f64,
-}
-
-/// One latency bucket's count.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
-pub struct SketchRow {
-    pub hour: String,
-    pub game: String,
-    pub subject: String,
-    pub facet: String,
-    pub device_class: String,
-    pub bucket: i64,
-    pub count: i64,
 }
 
 /// Which rollups a dashboard query reads: a time range (hours, RFC 3339, `from` inclusive,
@@ -238,17 +190,6 @@ const DECODE_CLIENT_BUCKETS: JsonTable = JsonTable {
     on_conflict: "ON CONFLICT (hour, game, asset, variant, device_class, client, bucket) \
         DO UPDATE SET count = decode_client_buckets.count + excluded.count",
 };
-
-/// One client's decode-latency bucket, as the variant choices read it.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
-pub struct ClientSketchRow {
-    pub asset: String,
-    pub variant: String,
-    pub device_class: String,
-    pub client: String,
-    pub bucket: i64,
-    pub count: i64,
-}
 
 /// Rows per JSON-array statement.
 const ROWS_PER_STATEMENT: usize = 5000;
