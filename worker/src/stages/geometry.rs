@@ -1357,21 +1357,21 @@ fn encode_target(
     let (ints, component_type, normalized): (Vec<i32>, u64, bool) =
         match (stream.name.as_str(), grid) {
             ("POSITION", Some(grid)) => {
-                let raw: Vec<i32> = deltas
+                // In i64 with saturating steps: a hostile delta can be any f32 (`as` saturates,
+                // NaN is 0), and its grid units need not fit an i32.
+                let max = deltas
                     .iter()
-                    .map(|d| (d / grid.scale).round() as i32)
-                    .collect();
-                let max = raw.iter().map(|v| v.abs()).max().unwrap_or(0);
-                let limit = (1i32 << (options.morph_bits - 1)) - 1;
-                let step = if max > limit {
-                    (max + limit - 1) / limit
-                } else {
-                    1
-                };
+                    .map(|d| ((d / grid.scale).round() as i64).unsigned_abs())
+                    .max()
+                    .unwrap_or(0);
+                let limit = (1u64 << (options.morph_bits - 1)) - 1;
+                let step = max.div_ceil(limit).max(1) as i64;
                 let q: Vec<i32> = deltas
                     .iter()
                     .map(|d| {
-                        ((d / grid.scale / step as f32).round() as i32 * step).clamp(-32767, 32767)
+                        ((d / grid.scale / step as f32).round() as i64)
+                            .saturating_mul(step)
+                            .clamp(-32767, 32767) as i32
                     })
                     .collect();
                 let wide = q.iter().any(|v| v.abs() > 127);
