@@ -108,6 +108,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// `KILN_METRICS_BIND`'s listener: `/metrics` and `/healthz`, nothing else.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(routes::ops::metrics_listener))
+        .route("/healthz", get(routes::ops::healthz))
+        .layer(middleware::from_fn(error::json_errors))
+        .with_state(state)
+}
+
 /// The content origin (`KILN_CONTENT_URL`): game files and what games need from Kiln at run
 /// time (manifests, keys, telemetry), nothing that takes a token. A team's pages run here,
 /// apart from the dashboard and the API, so they can read neither's storage.
@@ -205,6 +214,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The content origin's listener.
     pub content_addr: SocketAddr,
+    /// `/metrics`' own listener, when `KILN_METRICS_BIND` is set.
+    pub metrics_addr: Option<SocketAddr>,
     pub state: AppState,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -258,12 +269,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             config.public_url
         );
     }
-    let db = Db::connect(&config.database_url(), 16).await?;
+    // Migrated here unless a separate step does it: the queue's tables must exist before the
+    // first upload pushes a job.
+    let db = kiln_worker::runtime::open_database(&config, kiln_common::config::API_DB_CONNECTIONS)
+        .await?;
     let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
-    // The queue's tables must exist before the first upload pushes a job.
-    kiln_worker::job::setup_queue(&db.queue)
-        .await
-        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
     let config = Arc::new(config);
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -301,10 +311,21 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         }));
     }
 
-    for (listener, app) in [
+    let mut servers = vec![
         (listener, router(state.clone())),
         (content_listener, content_router(state.clone())),
-    ] {
+    ];
+    let metrics_addr = if config.metrics_bind.is_empty() {
+        None
+    } else {
+        let metrics_listener = tokio::net::TcpListener::bind(&config.metrics_bind)
+            .await
+            .map_err(|e| anyhow::anyhow!("metrics listener {}: {e}", config.metrics_bind))?;
+        let metrics_addr = metrics_listener.local_addr()?;
+        servers.push((metrics_listener, metrics_router(state.clone())));
+        Some(metrics_addr)
+    };
+    for (listener, app) in servers {
         tasks.push(serve(listener, app, stopped.clone()));
     }
     // After the servers: they flush the beacons they answered while stopping.
@@ -312,6 +333,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     tracing::info!(
         %addr,
         %content_addr,
+        ?metrics_addr,
         content_url = %config.content_url,
         storage = ?state.storage,
         embedded_database = config.is_embedded_database(),
@@ -321,6 +343,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     Ok(Running {
         addr,
         content_addr,
+        metrics_addr,
         state,
         stop,
         tasks,

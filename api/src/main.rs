@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use kiln_common::config::Config;
 
 #[derive(Parser)]
@@ -14,6 +14,16 @@ struct Cli {
     /// After starting, package this game directory, upload it, and print the result.
     #[arg(long)]
     demo: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<ApiCommand>,
+}
+
+#[derive(Subcommand)]
+enum ApiCommand {
+    /// Run the database migrations (Kiln's tables and the job queue's) and exit: the
+    /// deployment step for a role that may change the schema, before processes that start
+    /// with KILN_MIGRATE_ON_START=false.
+    Migrate,
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,7 +44,15 @@ fn main() -> std::process::ExitCode {
         config.admin_token = kiln_api::auth::new_token();
     }
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match runtime.block_on(serve(config, cli.demo)) {
+    let result = match cli.command {
+        Some(ApiCommand::Migrate) => runtime.block_on(async {
+            kiln_worker::runtime::migrate(&config).await?;
+            eprintln!("kiln-api: migrations applied");
+            Ok(())
+        }),
+        None => runtime.block_on(serve(config, cli.demo)),
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("kiln-api: {e:#}");

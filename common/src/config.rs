@@ -51,7 +51,25 @@ pub struct Config {
     pub log_json: bool,
     /// How long a dashboard login (`POST /dashboard/session`) lasts, in seconds.
     pub dashboard_session_secs: u64,
+    /// Address for kiln-api's `/metrics`. Empty: served on the API listener (the embedded
+    /// default). Set: served only there, and the API and content origins answer 404 on it, so
+    /// an Ingress that routes those ports never exposes it.
+    pub metrics_bind: String,
+    /// Run the database migrations when a process starts (sqlx's advisory lock makes many
+    /// starting at once safe). Off when a separate step (`kiln-api migrate`, the chart's
+    /// migration Job) runs them with a role that may change the schema.
+    pub migrate_on_start: bool,
+    /// Database connections one process may hold, all pools together. 0: the process's own
+    /// default ([`API_DB_CONNECTIONS`] for kiln-api, [`WORKER_DB_CONNECTIONS`] for kiln-worker).
+    pub db_max_connections: u32,
 }
+
+/// The fewest connections a process can work with: the job queue's two and one for the rest.
+pub const MIN_DB_CONNECTIONS: u32 = 3;
+/// kiln-api's database connections when `db_max_connections` is 0.
+pub const API_DB_CONNECTIONS: u32 = 16;
+/// kiln-worker's database connections when `db_max_connections` is 0.
+pub const WORKER_DB_CONNECTIONS: u32 = 8;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -135,6 +153,9 @@ impl Default for Config {
             trust_ttl_secs: 180 * 24 * 3600,
             log_json: false,
             dashboard_session_secs: 12 * 3600,
+            metrics_bind: String::new(),
+            migrate_on_start: true,
+            db_max_connections: 0,
         }
     }
 }
@@ -511,6 +532,14 @@ impl Config {
             "KILN_WORKER_TRANSIENT_RETRIES" => self.worker.transient_retries = num()? as u32,
             "KILN_WORKER_STAGE_PAUSE_MS" => self.worker.stage_pause_ms = num()?,
             "KILN_WORKER_METRICS_BIND" => self.worker.metrics_bind = value.into(),
+            "KILN_METRICS_BIND" => self.metrics_bind = value.into(),
+            "KILN_MIGRATE_ON_START" => self.migrate_on_start = flag()?,
+            "KILN_DB_MAX_CONNECTIONS" => {
+                self.db_max_connections = u32::try_from(num()?)
+                    .ok()
+                    .filter(|n| *n >= MIN_DB_CONNECTIONS)
+                    .ok_or_else(|| bad("expected a whole number from 3"))?
+            }
             "KILN_ANIMATION" => self.animation.enabled = flag()?,
             "KILN_ENGINE_SPLIT" => self.library.split = flag()?,
             "KILN_ENGINE_RULES" => self.library.rules_file = value.into(),
@@ -674,6 +703,15 @@ impl Config {
         }
     }
 
+    /// This process's database connections: `db_max_connections`, or `default` when unset.
+    pub fn db_connections(&self, default: u32) -> u32 {
+        if self.db_max_connections == 0 {
+            default
+        } else {
+            self.db_max_connections
+        }
+    }
+
     /// In-process workers: on by default with the embedded database only.
     pub fn in_process_workers(&self) -> usize {
         self.worker
@@ -727,6 +765,28 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(config.in_process_workers(), 3);
+    }
+
+    #[test]
+    fn deployment_settings_default_to_one_process_doing_everything() {
+        let config = Config::load_from(&[]).unwrap();
+        assert!(config.metrics_bind.is_empty());
+        assert!(config.migrate_on_start);
+        assert_eq!(config.db_connections(API_DB_CONNECTIONS), 16);
+        assert_eq!(config.db_connections(WORKER_DB_CONNECTIONS), 8);
+        let config = Config::load_from(&vars(&[
+            ("KILN_METRICS_BIND", "0.0.0.0:9090"),
+            ("KILN_MIGRATE_ON_START", "false"),
+            ("KILN_DB_MAX_CONNECTIONS", "5"),
+        ]))
+        .unwrap();
+        assert_eq!(config.metrics_bind, "0.0.0.0:9090");
+        assert!(!config.migrate_on_start);
+        assert_eq!(config.db_connections(API_DB_CONNECTIONS), 5);
+        for bad in ["2", "0", "-1", "many"] {
+            let err = Config::load_from(&vars(&[("KILN_DB_MAX_CONNECTIONS", bad)])).unwrap_err();
+            assert!(err.to_string().contains("KILN_DB_MAX_CONNECTIONS"), "{err}");
+        }
     }
 
     #[test]

@@ -189,9 +189,33 @@ pub fn now() -> String {
 const BUILD_COLUMNS: &str = "id, team_id, game, version, status, package_key, package_format, \
     package_sha256, package_size, idempotency_key, error, manifest_key, created_at, updated_at";
 
+/// Where Kiln's own migrations are recorded (apalis uses sqlx's default table).
+const MIGRATIONS_TABLE: &str = "_kiln_migrations";
+
+/// A process's connection budget split between its two pools, adding up to `total` (at least
+/// 3): the job queue's (apalis: fetching, acknowledging, heartbeats) gets a quarter, at least
+/// 2; the queries' pool the rest.
+pub fn split_connections(total: u32) -> (u32, u32) {
+    let total = total.max(3);
+    let queue = (total / 4).max(2);
+    (queue, total - queue)
+}
+
 impl Db {
     /// Connects, creating the SQLite file if needed, and runs Kiln's migrations.
+    /// Connects with up to `max_connections` in all and migrates (tests and tools).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
+        Self::connect_with(url, max_connections, true).await
+    }
+
+    /// Connects with up to `max_connections` in all, split by [`split_connections`]; runs
+    /// Kiln's migrations first when `migrate` is set.
+    pub async fn connect_with(
+        url: &str,
+        max_connections: u32,
+        migrate: bool,
+    ) -> Result<Self, DbError> {
+        let (queue_connections, query_connections) = split_connections(max_connections);
         install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
         if is_sqlite
@@ -208,20 +232,20 @@ impl Db {
                 .busy_timeout(std::time::Duration::from_secs(30));
             QueuePool::Sqlite(
                 sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(max_connections)
+                    .max_connections(queue_connections)
                     .connect_with(options)
                     .await?,
             )
         } else {
             QueuePool::Postgres(
                 sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(max_connections)
+                    .max_connections(queue_connections)
                     .connect(url)
                     .await?,
             )
         };
         let pool = AnyPoolOptions::new()
-            .max_connections(max_connections)
+            .max_connections(query_connections)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if is_sqlite {
@@ -238,15 +262,60 @@ impl Db {
             })
             .connect(url)
             .await?;
-        let mut migrator = if is_sqlite {
+        let db = Self { pool, queue };
+        if migrate {
+            db.migrate().await?;
+        }
+        Ok(db)
+    }
+
+    /// Closes both pools, waiting for their connections to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+        match &self.queue {
+            QueuePool::Sqlite(pool) => pool.close().await,
+            QueuePool::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    fn migrator(&self) -> sqlx::migrate::Migrator {
+        let mut migrator = if self.is_sqlite() {
             sqlx::migrate!("../migrations/sqlite")
         } else {
             sqlx::migrate!("../migrations/postgres")
         };
         // apalis keeps its own migrations in sqlx's default table; ours live apart.
-        migrator.dangerous_set_table_name("_kiln_migrations");
-        migrator.run(&pool).await?;
-        Ok(Self { pool, queue })
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        migrator
+    }
+
+    /// Kiln's migrations (the job queue's tables are apalis's: `kiln_worker::job::setup_queue`).
+    pub async fn migrate(&self) -> Result<(), DbError> {
+        self.migrator().run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The migrations this build knows that the database has not applied (their versions and
+    /// names). Migrations newer than this build are fine: each stays compatible with the
+    /// release before it, so old pods keep working during a rolling update.
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, DbError> {
+        let applied: Vec<i64> = match sqlx::query(AssertSqlSafe(format!(
+            "SELECT version FROM {MIGRATIONS_TABLE} WHERE success"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        {
+            Ok(rows) => rows.iter().map(|r| r.get::<i64, _>(0)).collect(),
+            // No table yet: nothing applied.
+            Err(sqlx::Error::Database(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(self
+            .migrator()
+            .iter()
+            .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+            .map(|m| format!("{} {}", m.version, m.description))
+            .collect())
     }
 
     pub fn is_sqlite(&self) -> bool {
@@ -822,4 +891,20 @@ fn sqlite_path(url: &str) -> Option<String> {
         .or_else(|| url.strip_prefix("sqlite:"))?;
     let path = rest.split('?').next()?;
     (!path.is_empty() && path != ":memory:").then(|| path.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_connections;
+
+    #[test]
+    fn the_pools_add_up_to_the_budget() {
+        for total in 3..=200 {
+            let (queue, queries) = split_connections(total);
+            assert_eq!(queue + queries, total);
+            assert!(queue >= 2 && queries >= 1, "{total}: {queue} + {queries}");
+        }
+        assert_eq!(split_connections(16), (4, 12));
+        assert_eq!(split_connections(8), (2, 6));
+    }
 }

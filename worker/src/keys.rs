@@ -79,6 +79,15 @@ pub async fn ensure_listed(
     for _ in 0..5 {
         let next = match current(db).await? {
             None => {
+                // Only the embedded default makes its own root; a configured root key file
+                // that is not there means an operator has not run `keys init` yet.
+                if !config.root_key_file.is_empty() && !path.exists() {
+                    anyhow::bail!(
+                        "no trust document in the database and no root key at {}: run \
+                         `kiln-worker keys init` where the root key is kept (docs/key-rotation.md)",
+                        path.display()
+                    );
+                }
                 let roots = generate_roots_if_missing(&path)?;
                 let refs: Vec<&ManifestSigner> = roots.iter().collect();
                 let doc = TrustDocument::genesis(&refs, signer.public_jwk(), expiry(config));

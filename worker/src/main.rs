@@ -243,7 +243,7 @@ async fn keys_command(
     command: KeysCommand,
 ) -> anyhow::Result<std::process::ExitCode> {
     use kiln_worker::keys;
-    let db = Db::connect(&config.database_url(), 2).await?;
+    let db = runtime::open_database(&config, kiln_common::config::MIN_DB_CONNECTIONS).await?;
     let doc = match command {
         KeysCommand::Init => keys::init(&config, &db).await?,
         KeysCommand::Rotate => {
@@ -327,7 +327,7 @@ async fn resign_live(config: &Config, db: Db, kid: &str) -> anyhow::Result<()> {
 
 async fn consume(config: Config) -> anyhow::Result<std::process::ExitCode> {
     kiln_common::metrics::init();
-    let db = Db::connect(&config.database_url(), 8).await?;
+    let db = runtime::open_database(&config, kiln_common::config::WORKER_DB_CONNECTIONS).await?;
     let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
     tracing::info!(storage = ?storage, "kiln-worker starting");
     let context = runtime::job_context(&config, db, storage).await?;

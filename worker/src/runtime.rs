@@ -133,6 +133,51 @@ pub fn load_beacon_secret(config: &Config) -> anyhow::Result<kiln_common::teleme
     Ok(secret)
 }
 
+/// Opens the database with this process's connection budget (`KILN_DB_MAX_CONNECTIONS`, else
+/// `default`), and migrates it (Kiln's tables and the job queue's) unless `migrate_on_start`
+/// is off.
+pub async fn open_database(config: &Config, default: u32) -> anyhow::Result<Db> {
+    let db = Db::connect_with(
+        &config.database_url(),
+        config.db_connections(default),
+        config.migrate_on_start,
+    )
+    .await?;
+    if config.migrate_on_start {
+        crate::job::setup_queue(&db.queue)
+            .await
+            .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    } else {
+        let pending = db.pending_migrations().await?;
+        if !pending.is_empty() {
+            anyhow::bail!(
+                "the database lacks {} migration(s) this version needs ({}); run `kiln-api \
+                 migrate` first (KILN_MIGRATE_ON_START=false)",
+                pending.len(),
+                pending.join(", ")
+            );
+        }
+    }
+    Ok(db)
+}
+
+/// `kiln-api migrate`: Kiln's migrations and the job queue's tables, then nothing else; for a
+/// deployment step with a role that may change the schema (the processes then start with
+/// `KILN_MIGRATE_ON_START=false`).
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let db = Db::connect_with(
+        &config.database_url(),
+        kiln_common::config::MIN_DB_CONNECTIONS,
+        true,
+    )
+    .await?;
+    crate::job::setup_queue(&db.queue)
+        .await
+        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    db.close().await;
+    Ok(())
+}
+
 pub async fn job_context(
     config: &Config,
     db: Db,
@@ -143,9 +188,11 @@ pub async fn job_context(
     let beacon_secret = Arc::new(load_beacon_secret(config)?);
     let work_root = config.work_dir();
     tokio::fs::create_dir_all(&work_root).await?;
-    crate::job::setup_queue(&db.queue)
-        .await
-        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    if config.migrate_on_start {
+        crate::job::setup_queue(&db.queue)
+            .await
+            .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    }
     Ok(Arc::new(JobContext {
         db,
         storage,

@@ -9,6 +9,7 @@ use kiln_common::metrics;
 use serde_json::json;
 
 use crate::AppState;
+use crate::error::ApiError;
 
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "The process is up", content_type = "text/plain")))]
 pub async fn healthz() -> &'static str {
@@ -33,8 +34,25 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-#[utoipa::path(get, path = "/metrics", responses((status = 200, content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", responses(
+    (status = 200, content_type = "text/plain"),
+    (status = 404, description = "`KILN_METRICS_BIND` is set: metrics are served only on that \
+        listener", body = crate::error::ErrorBody),
+))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    if !state.config.metrics_bind.is_empty() {
+        return ApiError::not_found("metrics are served on KILN_METRICS_BIND").into_response();
+    }
+    render_metrics(&state).await
+}
+
+/// `/metrics` on its own listener (`KILN_METRICS_BIND`): what Prometheus scrapes, on a port an
+/// Ingress does not route.
+pub async fn metrics_listener(State(state): State<AppState>) -> Response {
+    render_metrics(&state).await
+}
+
+async fn render_metrics(state: &AppState) -> Response {
     // Build gauges come from the database: every API replica reports the same truth.
     if let Ok(counts) = state.db.build_counts().await {
         for status in BuildStatus::ALL {
