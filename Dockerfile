@@ -3,9 +3,9 @@
 # Both binaries carry everything they serve (migrations, the loader, the dashboard, the engine
 # and device rules); the runtime needs only glibc, libstdc++ (meshoptimizer) and CA
 # certificates (S3 and PostgreSQL over TLS). It runs as UID 10001 on a read-only root
-# filesystem: the only writable paths are the ones the chart mounts (KILN_WORK_DIR's emptyDir,
-# /tmp). `.ci/run`'s container check (api/tests/container.rs) runs the release binaries the
-# same way, since our machines have no container engine.
+# filesystem: the only writable paths are the ones the chart mounts (KILN_WORK_DIR's emptyDir
+# under /var/lib/kiln/work, /tmp). `.ci/container-check` (run by `.ci/run`) runs the release
+# binaries the same way, since our machines have no container engine.
 
 # ---- builder: the official Rust image ------------------------------------------------------
 FROM docker.io/library/rust:1.95-slim-bookworm AS builder
@@ -29,16 +29,19 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 kiln \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin kiln
+      --shell /usr/sbin/nologin kiln \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/kiln
 COPY --from=builder /out/kiln-api /out/kiln-worker /usr/local/bin/
-# Defaults for a container: listen on all interfaces, JSON logs, scratch and keys under
-# /var/lib/kiln (the chart mounts volumes there; a read-only root otherwise).
+# Defaults for a container: listen on all interfaces, JSON logs, data under /var/lib/kiln
+# (owned by 10001, so a plain `docker run` works on the embedded defaults; make it a volume to
+# keep it). The chart mounts an emptyDir at /var/lib/kiln/work and sets everything else.
 ENV KILN_BIND=0.0.0.0:8080 \
     KILN_CONTENT_BIND=0.0.0.0:8081 \
     KILN_METRICS_BIND=0.0.0.0:9090 \
     KILN_DATA_DIR=/var/lib/kiln \
     KILN_LOG_JSON=true
 USER 10001:10001
+VOLUME /var/lib/kiln
 EXPOSE 8080 8081 9090
 ENTRYPOINT ["/usr/local/bin/kiln-api"]
 # kiln-api migrate | kiln-worker (override the entrypoint) | kiln-worker keys init

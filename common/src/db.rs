@@ -222,7 +222,15 @@ impl Db {
             && let Some(path) = sqlite_path(url)
             && let Some(parent) = std::path::Path::new(&path).parent()
         {
-            let _ = std::fs::create_dir_all(parent);
+            std::fs::create_dir_all(parent).map_err(|e| {
+                DbError::Sqlx(sqlx::Error::Configuration(
+                    format!(
+                        "cannot create the database directory {}: {e}",
+                        parent.display()
+                    )
+                    .into(),
+                ))
+            })?;
         }
         let queue = if is_sqlite {
             let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;

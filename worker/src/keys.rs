@@ -146,7 +146,7 @@ fn generate_roots_if_missing(path: &Path) -> anyhow::Result<Vec<ManifestSigner>>
         tracing::warn!(
             kid = root.kid(),
             path = %path.display(),
-            "generated a development root key; in production keep it off the API and workers (docs/key-rotation.md)"
+            "generated a root key; keep it offline, never on the API or the workers (docs/key-rotation.md)"
         );
     }
     Ok(trust::load_roots(path)?)
