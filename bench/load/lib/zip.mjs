@@ -25,14 +25,20 @@ export function listFiles(dir, skip = []) {
 export function zipDir(dir, skip = []) {
   const files = listFiles(dir, skip);
   if (!files.length) throw new Error(`${dir} holds no files`);
+  return zipEntries(files.map((rel) => [rel, readFileSync(join(dir, rel))]));
+}
+
+/** `entries`: [[path, Buffer|string], …] in the order they go into the archive (bench/faults
+ * builds its packages in memory this way). */
+export function zipEntries(entries) {
   const locals = [];
   const centrals = [];
   let offset = 0;
   // 2020-01-01 00:00 in DOS format: fixed, so the same build gives the same zip.
   const dosTime = 0;
   const dosDate = ((2020 - 1980) << 9) | (1 << 5) | 1;
-  for (const rel of files) {
-    const data = readFileSync(join(dir, rel));
+  for (const [rel, content] of entries) {
+    const data = Buffer.isBuffer(content) ? content : Buffer.from(content, 'utf8');
     const packed = deflateRawSync(data, { level: 6 });
     const name = Buffer.from(rel, 'utf8');
     const crc = crc32(data);
@@ -70,8 +76,8 @@ export function zipDir(dir, skip = []) {
   const cd = Buffer.concat(centrals);
   const end = Buffer.alloc(22);
   end.writeUInt32LE(0x06054b50, 0);
-  end.writeUInt16LE(files.length, 8);
-  end.writeUInt16LE(files.length, 10);
+  end.writeUInt16LE(entries.length, 8);
+  end.writeUInt16LE(entries.length, 10);
   end.writeUInt32LE(cd.length, 12);
   end.writeUInt32LE(offset, 16);
   return Buffer.concat([...locals, cd, end]);
