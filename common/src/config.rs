@@ -538,7 +538,11 @@ impl Config {
                 self.db_max_connections = u32::try_from(num()?)
                     .ok()
                     .filter(|n| *n >= MIN_DB_CONNECTIONS)
-                    .ok_or_else(|| bad("expected a whole number from 3"))?
+                    .ok_or_else(|| {
+                        bad(&format!(
+                            "expected a whole number from {MIN_DB_CONNECTIONS}"
+                        ))
+                    })?
             }
             "KILN_ANIMATION" => self.animation.enabled = flag()?,
             "KILN_ENGINE_SPLIT" => self.library.split = flag()?,

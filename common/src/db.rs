@@ -7,6 +7,7 @@ use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
+use crate::config::MIN_DB_CONNECTIONS;
 use crate::signing::Jwk;
 
 mod library;
@@ -193,17 +194,17 @@ const BUILD_COLUMNS: &str = "id, team_id, game, version, status, package_key, pa
 const MIGRATIONS_TABLE: &str = "_kiln_migrations";
 
 /// A process's connection budget split between its two pools, adding up to `total` (at least
-/// 3): the job queue's (apalis: fetching, acknowledging, heartbeats) gets a quarter, at least
+/// [`MIN_DB_CONNECTIONS`]): the job queue's (apalis: fetching, acknowledging, heartbeats) gets a quarter, at least
 /// 2; the queries' pool the rest.
 pub fn split_connections(total: u32) -> (u32, u32) {
-    let total = total.max(3);
+    let total = total.max(MIN_DB_CONNECTIONS);
     let queue = (total / 4).max(2);
     (queue, total - queue)
 }
 
 impl Db {
-    /// Connects, creating the SQLite file if needed, and runs Kiln's migrations.
-    /// Connects with up to `max_connections` in all and migrates (tests and tools).
+    /// Connects with up to `max_connections` in all and runs Kiln's migrations (tests and
+    /// tools; processes go through `kiln_worker::runtime::open_database`).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
         Self::connect_with(url, max_connections, true).await
     }
@@ -218,6 +219,7 @@ impl Db {
         let (queue_connections, query_connections) = split_connections(max_connections);
         install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
+        // The SQLite file (and its directory) is created if needed.
         if is_sqlite
             && let Some(path) = sqlite_path(url)
             && let Some(parent) = std::path::Path::new(&path).parent()

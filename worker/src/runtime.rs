@@ -144,9 +144,7 @@ pub async fn open_database(config: &Config, default: u32) -> anyhow::Result<Db> 
     )
     .await?;
     if config.migrate_on_start {
-        crate::job::setup_queue(&db.queue)
-            .await
-            .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+        setup_queue(&db).await?;
     } else {
         let pending = db.pending_migrations().await?;
         if !pending.is_empty() {
@@ -161,6 +159,13 @@ pub async fn open_database(config: &Config, default: u32) -> anyhow::Result<Db> 
     Ok(db)
 }
 
+/// The job queue's tables (apalis's own migrations).
+async fn setup_queue(db: &Db) -> anyhow::Result<()> {
+    crate::job::setup_queue(&db.queue)
+        .await
+        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))
+}
+
 /// `kiln-api migrate`: Kiln's migrations and the job queue's tables, then nothing else; for a
 /// deployment step with a role that may change the schema (the processes then start with
 /// `KILN_MIGRATE_ON_START=false`).
@@ -171,13 +176,13 @@ pub async fn migrate(config: &Config) -> anyhow::Result<()> {
         true,
     )
     .await?;
-    crate::job::setup_queue(&db.queue)
-        .await
-        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
+    setup_queue(&db).await?;
     db.close().await;
     Ok(())
 }
 
+/// What jobs and the release loop need: keys, trust roots, options, a work dir. `db` comes
+/// from [`open_database`], which set up the job queue.
 pub async fn job_context(
     config: &Config,
     db: Db,
@@ -188,11 +193,6 @@ pub async fn job_context(
     let beacon_secret = Arc::new(load_beacon_secret(config)?);
     let work_root = config.work_dir();
     tokio::fs::create_dir_all(&work_root).await?;
-    if config.migrate_on_start {
-        crate::job::setup_queue(&db.queue)
-            .await
-            .map_err(|e| anyhow::anyhow!("queue setup: {e}"))?;
-    }
     Ok(Arc::new(JobContext {
         db,
         storage,

@@ -3,7 +3,7 @@
 //! raced by worker processes on PostgreSQL: `api/tests/release_races.rs`).
 
 use kiln_common::config::Config;
-use kiln_common::db::{Db, ManifestRow, NewBuild, ReleaseRow};
+use kiln_common::db::{ManifestRow, NewBuild, ReleaseRow};
 use kiln_common::manifest::{MANIFEST_SCHEMA, Manifest};
 use kiln_common::storage::Storage;
 use kiln_worker::job::JobContext;
@@ -22,7 +22,10 @@ async fn setup() -> Setup {
         data_dir: dir.path().join("data"),
         ..Config::default()
     };
-    let db = Db::connect(&config.database_url(), 4).await.unwrap();
+    // As a process opens it: migrated, the job queue set up.
+    let db = kiln_worker::runtime::open_database(&config, 4)
+        .await
+        .unwrap();
     let storage = Storage::from_config(&config.storage, &config.data_dir)
         .await
         .unwrap();
