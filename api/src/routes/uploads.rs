@@ -128,6 +128,53 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
+    // A client that sent `Expect: 100-continue` waits for us and sends no body after a
+    // refusal; reading it would ask for it (hyper answers `100 Continue` on the first read).
+    let waits_for_continue = headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    let mut unread = Some(body);
+    let answer = receive(state, team, game, query, headers, &mut unread).await;
+    // Answered before reading the body (a refusal, or the build an Idempotency-Key names):
+    // read what the client is still sending, within bounds, so that closing the connection
+    // does not reset it before the client has read the answer.
+    if let Some(body) = unread
+        && !waits_for_continue
+    {
+        drain(body).await;
+    }
+    answer
+}
+
+/// At most this much of a body answered before it was read is read and dropped, for at most
+/// [`DRAIN_SECS`]; past either, the connection closes with the rest unread.
+const DRAIN_MAX_BYTES: u64 = 16 << 20;
+const DRAIN_SECS: u64 = 5;
+
+async fn drain(body: Body) {
+    let mut stream = body.into_data_stream();
+    let mut read = 0u64;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(DRAIN_SECS), async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            read += chunk.len() as u64;
+            if read > DRAIN_MAX_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The upload itself; `body` is taken once the checks that need no body have passed.
+async fn receive(
+    state: AppState,
+    team: String,
+    game: String,
+    query: UploadQuery,
+    headers: HeaderMap,
+    body: &mut Option<Body>,
+) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
     if !valid_game(&game) {
         return Err(ApiError::bad_request(
             "game names are 1-64 characters of a-z, 0-9, - and _",
@@ -187,7 +234,10 @@ pub async fn upload(
         .map_err(|_| ApiError::unavailable("too many uploads in progress; retry shortly"))?;
 
     // Look at the first bytes before storing anything: the format must be what was declared.
-    let mut stream = body.into_data_stream();
+    let mut stream = body
+        .take()
+        .expect("the body is read once")
+        .into_data_stream();
     let mut head = Vec::new();
     while head.len() < 4 {
         match stream.next().await {
