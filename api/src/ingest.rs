@@ -1,35 +1,58 @@
 //! Telemetry ingest: beacons are validated in the handler and handed here; one writer task per
-//! process batches them — raw events plus what they add to the hourly rollups — into one
-//! transaction every `flush_ms` or `batch_max` events, and prunes old data periodically.
+//! process writes them — raw events plus what they add to the hourly rollups — in one
+//! transaction per batch, and prunes old data periodically.
 //!
-//! A beacon is answered as soon as its events are queued, so a burst of players costs the
-//! database one write per batch rather than one per request. The queue is bounded
-//! (`backlog_max` events): past it, beacons get 503 and their events count as dropped.
+//! A beacon is answered `202` only once its events are committed (a group commit: the writer
+//! takes everything that queued while the previous transaction ran, up to `batch_max` events,
+//! so a burst of players costs the database one write per batch, not one per request). A
+//! process killed at any moment therefore loses no beacon it answered `202`. What could not be
+//! committed within `commit_timeout_ms` (the database down) is answered `503`, as are beacons
+//! past the bounded queue (`backlog_max` events); both count as dropped.
+//!
+//! `KILN_TELEMETRY_ACK=queued` answers once the events are queued instead: more events/s per
+//! client connection and a latency that does not include the write, but what a killed process
+//! had not written yet (one batch or so) is lost; a failing write is then retried until it
+//! succeeds, and only the bounded backlog answers 503.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use kiln_common::config::TelemetryConfig;
+use kiln_common::config::{TelemetryAck, TelemetryConfig};
 use kiln_common::db::{Db, TelemetryEvent};
 use kiln_common::metrics;
 use kiln_common::rollups::{Rollup, hour_of};
 use kiln_common::telemetry::BeaconSecret;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
-/// Events received together, with the time they were received.
-type Received = (String, Vec<TelemetryEvent>);
+/// Events received together, with the time they were received, and who waits for their
+/// commit.
+struct Received {
+    at: String,
+    /// When its handler stops waiting: received + `commit_timeout_ms`; none when nobody waits
+    /// (`KILN_TELEMETRY_ACK=queued`: retried until written).
+    deadline: Option<Instant>,
+    events: Vec<TelemetryEvent>,
+    stored: oneshot::Sender<Result<Vec<TelemetryEvent>, NotStored>>,
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("the telemetry backlog is full ({0} events waiting)")]
 pub struct BacklogFull(pub usize);
+
+/// Events that were not committed: the beacon is answered `503`.
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry could not be stored: {0}")]
+pub struct NotStored(String);
 
 #[derive(Clone)]
 pub struct Ingest {
     queue: mpsc::UnboundedSender<Received>,
     backlog: Arc<AtomicUsize>,
     backlog_max: usize,
+    commit_timeout: Duration,
+    ack: TelemetryAck,
     games: Arc<KnownGames>,
     sizes: Arc<TransferSizes>,
     secret: Arc<BeaconSecret>,
@@ -54,7 +77,8 @@ struct TransferSizes {
 }
 
 impl Ingest {
-    /// Starts the writer; it flushes what is queued and returns once `stopped` turns true.
+    /// Starts the writer; once `stopped` turns true (after the servers stopped) it commits
+    /// what is still queued and returns.
     pub fn start(
         db: Db,
         config: TelemetryConfig,
@@ -66,6 +90,8 @@ impl Ingest {
             queue,
             backlog: Arc::new(AtomicUsize::new(0)),
             backlog_max: config.backlog_max,
+            commit_timeout: Duration::from_millis(config.commit_timeout_ms),
+            ack: config.ack,
             games: Arc::new(KnownGames {
                 names: RwLock::new((None, HashSet::new())),
             }),
@@ -76,15 +102,17 @@ impl Ingest {
             db,
             config,
             backlog: ingest.backlog.clone(),
-            pending: Vec::new(),
-            pending_events: 0,
-            rollup: Rollup::default(),
         };
         let task = tokio::spawn(writer.run(received, stopped));
         (ingest, task)
     }
 
-    /// Takes room for `n` events in the backlog; then [`Ingest::send`] them.
+    /// Events accepted and not yet committed (or given up on).
+    pub fn waiting(&self) -> usize {
+        self.backlog.load(Ordering::SeqCst)
+    }
+
+    /// Takes room for `n` events in the backlog; then [`Ingest::store`] them.
     pub fn reserve(&self, n: usize) -> Result<(), BacklogFull> {
         let before = self.backlog.fetch_add(n, Ordering::SeqCst);
         if before + n > self.backlog_max {
@@ -95,14 +123,36 @@ impl Ingest {
         Ok(())
     }
 
-    /// Queues validated events, room for which was [`Ingest::reserve`]d.
-    pub fn send(&self, received_at: String, events: Vec<TelemetryEvent>) {
+    /// Stores validated events, room for which was [`Ingest::reserve`]d: returns them once
+    /// they are committed (with the other beacons of their batch), or why they were not; with
+    /// `KILN_TELEMETRY_ACK=queued`, once they are queued.
+    pub async fn store(
+        &self,
+        received_at: String,
+        events: Vec<TelemetryEvent>,
+    ) -> Result<Vec<TelemetryEvent>, NotStored> {
         if events.is_empty() {
-            return;
+            return Ok(events);
         }
-        // The writer ends only after the server, so it is there to receive.
-        if self.queue.send((received_at, events)).is_err() {
-            tracing::warn!("telemetry writer gone; events lost");
+        let (stored, committed) = oneshot::channel();
+        let gone = || NotStored("the telemetry writer stopped".into());
+        let queued = match self.ack {
+            TelemetryAck::Commit => None,
+            TelemetryAck::Queued => Some(events.clone()),
+        };
+        self.queue
+            .send(Received {
+                at: received_at,
+                deadline: queued
+                    .is_none()
+                    .then(|| Instant::now() + self.commit_timeout),
+                events,
+                stored,
+            })
+            .map_err(|_| gone())?;
+        match queued {
+            Some(events) => Ok(events),
+            None => committed.await.unwrap_or_else(|_| Err(gone())),
         }
     }
 
@@ -174,84 +224,136 @@ struct Writer {
     db: Db,
     config: TelemetryConfig,
     backlog: Arc<AtomicUsize>,
-    pending: Vec<Received>,
-    pending_events: usize,
-    /// What `pending` adds to the rollups, kept up to date as beacons arrive.
+}
+
+/// One transaction's worth of beacons.
+#[derive(Default)]
+struct Batch {
+    /// Its oldest beacon's: the batch is retried until then (for ever when nobody waits).
+    deadline: Option<Instant>,
+    rows: Vec<(String, Vec<TelemetryEvent>)>,
+    waiting: Vec<oneshot::Sender<Result<Vec<TelemetryEvent>, NotStored>>>,
+    events: usize,
+    /// What `rows` adds to the rollups.
     rollup: Rollup,
+}
+
+impl Batch {
+    fn take(&mut self, received: Received) {
+        let hour = hour_of(&received.at);
+        for e in &received.events {
+            self.rollup.add(&hour, e);
+        }
+        self.events += received.events.len();
+        self.rows.push((received.at, received.events));
+        self.waiting.push(received.stored);
+    }
 }
 
 impl Writer {
     async fn run(
-        mut self,
+        self,
         mut received: mpsc::UnboundedReceiver<Received>,
         mut stopped: watch::Receiver<bool>,
     ) {
-        let flush_every = Duration::from_millis(self.config.flush_ms);
         let mut prune = tokio::time::interval(Duration::from_secs(self.config.prune_interval_secs));
-        let mut flush = tokio::time::interval(flush_every);
-        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                batch = received.recv() => match batch {
-                    Some(batch) => {
-                        self.take(batch);
-                        if self.pending_events >= self.config.batch_max {
-                            self.flush().await;
-                        }
-                    }
-                    None => break,
+                first = received.recv() => match first {
+                    Some(first) => self.commit(first, &mut received, None).await,
+                    None => return,
                 },
-                _ = flush.tick() => self.flush().await,
                 _ = prune.tick() => self.prune().await,
                 // The guard `wait_for` returns must not live across the other arms' awaits.
                 _ = async { stopped.wait_for(|s| *s).await.map(|_| ()) } => break,
             }
         }
-        // Stopping: beacons the server still answers during its graceful shutdown land here
-        // for a moment longer.
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // Stopped after the servers (`Running::shutdown`): what they queued while stopping,
+        // for a few seconds at most (the database may be gone).
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while let Ok(first) = received.try_recv() {
+            self.commit(first, &mut received, Some(give_up)).await;
+        }
+    }
+
+    /// Commits `first` and everything queued behind it (up to `batch_max` events) in one
+    /// transaction, retrying until the oldest beacon in it has waited `commit_timeout_ms`,
+    /// then answers each beacon's handler. A beacon that waited that long in the queue (behind
+    /// failing batches) is answered 503 without being written, so a 503 never means stored.
+    async fn commit(
+        &self,
+        first: Received,
+        received: &mut mpsc::UnboundedReceiver<Received>,
+        give_up: Option<Instant>,
+    ) {
+        let now = Instant::now();
+        let mut batch = Batch::default();
+        let mut expired = 0;
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            if item.deadline.is_some_and(|d| d <= now) {
+                expired += item.events.len();
+                let _ = item.stored.send(Err(NotStored(format!(
+                    "the database took none of it for {} ms",
+                    self.config.commit_timeout_ms
+                ))));
+            } else {
+                if batch.rows.is_empty() {
+                    batch.deadline = item.deadline;
+                }
+                batch.take(item);
+            }
+            if batch.events < self.config.batch_max {
+                next = received.try_recv().ok();
+            }
+        }
+        let outcome = if batch.rows.is_empty() {
+            Ok(())
+        } else {
+            let deadline = match (batch.deadline, give_up) {
+                (Some(d), Some(g)) => Some(d.min(g)),
+                (d, g) => d.or(g),
+            };
+            self.write(&batch, deadline).await
+        };
+        let done = batch.events + expired;
+        let left = self.backlog.fetch_sub(done, Ordering::SeqCst) - done;
+        metrics::TELEMETRY_BACKLOG.set(left as i64);
+        for ((_, events), waiting) in batch.rows.into_iter().zip(batch.waiting) {
+            // A handler whose client went away no longer listens.
+            let _ = waiting.send(match &outcome {
+                Ok(()) => Ok(events),
+                Err(e) => Err(NotStored(e.clone())),
+            });
+        }
+    }
+
+    /// Writes `batch`, retrying with backoff until `deadline` (none: until it is written).
+    async fn write(&self, batch: &Batch, deadline: Option<Instant>) -> Result<(), String> {
+        let mut backoff = Duration::from_millis(50);
         loop {
-            while let Ok(batch) = received.try_recv() {
-                self.take(batch);
+            let started = Instant::now();
+            let write = self.db.write_telemetry(&batch.rows, &batch.rollup);
+            // Past the deadline the transaction is dropped, so rolled back: not stored.
+            let written = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline.into(), write).await,
+                None => Ok(write.await),
+            };
+            let error = match written {
+                Ok(Ok(())) => {
+                    metrics::TELEMETRY_WRITE_DURATION.observe(started.elapsed().as_secs_f64());
+                    return Ok(());
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "the database did not answer in time".to_string(),
+            };
+            if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
+                tracing::warn!(error = %error, events = batch.events, "telemetry write failed; beacons answered 503");
+                return Err(error);
             }
-            self.flush().await;
-            if (self.pending.is_empty() && received.is_empty()) || Instant::now() >= deadline {
-                break;
-            }
-            tokio::time::sleep(flush_every.min(Duration::from_millis(100))).await;
-        }
-    }
-
-    fn take(&mut self, (received_at, events): Received) {
-        let hour = hour_of(&received_at);
-        for e in &events {
-            self.rollup.add(&hour, e);
-        }
-        self.pending_events += events.len();
-        self.pending.push((received_at, events));
-    }
-
-    /// Writes what is pending; on a database error keeps it for the next flush.
-    async fn flush(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let started = Instant::now();
-        match self.db.write_telemetry(&self.pending, &self.rollup).await {
-            Ok(()) => {
-                metrics::TELEMETRY_WRITE_DURATION.observe(started.elapsed().as_secs_f64());
-                let left = self
-                    .backlog
-                    .fetch_sub(self.pending_events, Ordering::SeqCst)
-                    - self.pending_events;
-                metrics::TELEMETRY_BACKLOG.set(left as i64);
-                self.pending.clear();
-                self.pending_events = 0;
-                self.rollup = Rollup::default();
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, events = self.pending_events, "telemetry write failed; will retry");
-            }
+            tracing::warn!(error = %error, events = batch.events, "telemetry write failed; will retry");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 

@@ -219,6 +219,9 @@ pub struct Running {
     pub state: AppState,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The telemetry writer, stopped only after the servers: handlers answering during the
+    /// graceful shutdown still wait for their beacons' commit.
+    ingest: (watch::Sender<bool>, tokio::task::JoinHandle<()>),
 }
 
 impl Running {
@@ -237,6 +240,9 @@ impl Running {
         for task in self.tasks {
             let _ = task.await;
         }
+        let (stop_ingest, ingest) = self.ingest;
+        let _ = stop_ingest.send(true);
+        let _ = ingest.await;
     }
 
     pub fn stop_handle(&self) -> watch::Sender<bool> {
@@ -279,11 +285,12 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let (beacon_secret, _) =
         kiln_common::telemetry::BeaconSecret::load_or_generate(&config.telemetry_secret_path())?;
+    let (stop_ingest, ingest_stopped) = watch::channel(false);
     let (ingest, ingest_task) = ingest::Ingest::start(
         db.clone(),
         config.telemetry.clone(),
         beacon_secret,
-        stopped.clone(),
+        ingest_stopped,
     );
     let state = AppState {
         ingest,
@@ -328,8 +335,6 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     for (listener, app) in servers {
         tasks.push(serve(listener, app, stopped.clone()));
     }
-    // After the servers: they flush the beacons they answered while stopping.
-    tasks.push(ingest_task);
     tracing::info!(
         %addr,
         %content_addr,
@@ -347,6 +352,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         state,
         stop,
         tasks,
+        ingest: (stop_ingest, ingest_task),
     })
 }
 

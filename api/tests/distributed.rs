@@ -50,6 +50,12 @@ async fn killed_worker_still_publishes_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn queued_build_without_a_job_is_queued_again() {
+    scenarios::queued_build_without_a_job_is_queued_again(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
 async fn sigterm_lets_the_worker_finish_or_hand_back() {
     scenarios::sigterm_lets_the_worker_finish_or_hand_back(Distributed).await;
 }
@@ -110,8 +116,14 @@ async fn decode_beacons_choose_variants_per_device_class() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
-async fn telemetry_backlog_is_bounded_and_flushed_on_stop() {
-    scenarios::telemetry_backlog_is_bounded_and_flushed_on_stop(Distributed).await;
+async fn queued_ack_answers_before_the_write() {
+    scenarios::queued_ack_answers_before_the_write(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn telemetry_is_committed_before_it_is_acknowledged() {
+    scenarios::telemetry_is_committed_before_it_is_acknowledged(Distributed).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

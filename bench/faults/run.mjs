@@ -41,13 +41,13 @@ const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CLK_TCK = Number(run('getconf', ['CLK_TCK']).stdout.trim()) || 100;
 
 // ---------------------------------------------------------------------------------------
-// Profiles. Every fault kind runs at least once in both; the full one runs more rounds and
+// Profiles. Every fault kind but garage-kill runs at least once in both; the full one runs more rounds and
 // longer scaling windows.
 
 const PROFILES = {
   quick: {
-    // One round: each kind once, a second worker kill.
-    rounds: [['worker', 'api', 'postgres', 'worker', 'garage-stop']],
+    // One round: each kind but garage-kill once, a second worker kill.
+    rounds: [['worker', 'api', 'postgres', 'worker', 'garage-stop', 'api-commit']],
     uploadIntervalMs: 1200,
     beaconIntervalMs: 150,
     foxEvery: 20,

@@ -127,6 +127,9 @@ pub struct WorkerConfig {
     pub stage_pause_ms: u64,
     /// Address for the standalone worker's `/metrics`; empty disables it.
     pub metrics_bind: String,
+    /// A queued build whose job never reached the queue (its API stopped between the two) is
+    /// queued again by a worker once it has waited this long.
+    pub orphan_secs: u64,
 }
 
 impl Default for Config {
@@ -298,15 +301,41 @@ pub struct TelemetryConfig {
     /// Events accepted but not yet written that one API process holds at most; past it a
     /// beacon gets 503 (its events are counted as dropped).
     pub backlog_max: usize,
-    /// The ingest writer's batch: it writes when this many events wait, or after `flush_ms`.
+    /// The most events the ingest writer commits in one transaction (it takes whatever
+    /// queued while the previous one ran, up to this).
     pub batch_max: usize,
-    pub flush_ms: u64,
+    /// How long a beacon waits for its events' commit (retried while the database fails)
+    /// before it is answered 503 (`ack` = `commit` only).
+    pub commit_timeout_ms: u64,
+    /// When a beacon is answered 202: once its events are committed (nothing acknowledged is
+    /// lost), or once they are queued (more events/s per connection and lower latency, but a
+    /// process killed loses what it had not written yet).
+    pub ack: TelemetryAck,
     /// Raw events are kept this many days, then pruned; hourly rollups are kept
     /// `rollup_retention_days`.
     pub retention_days: u64,
     pub rollup_retention_days: u64,
     /// How often the prune job runs.
     pub prune_interval_secs: u64,
+}
+
+/// When the telemetry ingest answers a beacon `202` (`KILN_TELEMETRY_ACK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TelemetryAck {
+    /// Once its events are committed.
+    Commit,
+    /// Once its events are queued for the writer.
+    Queued,
+}
+
+impl TelemetryAck {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Commit => "commit",
+            Self::Queued => "queued",
+        }
+    }
 }
 
 impl Default for TelemetryConfig {
@@ -320,7 +349,8 @@ impl Default for TelemetryConfig {
             client_ip_header: String::new(),
             backlog_max: 500_000,
             batch_max: 20_000,
-            flush_ms: 200,
+            commit_timeout_ms: 5_000,
+            ack: TelemetryAck::Commit,
             retention_days: 30,
             rollup_retention_days: 400,
             prune_interval_secs: 3600,
@@ -414,6 +444,7 @@ impl Default for WorkerConfig {
             transient_retries: 5,
             stage_pause_ms: 0,
             metrics_bind: String::new(),
+            orphan_secs: 30,
         }
     }
 }
@@ -529,6 +560,7 @@ impl Config {
             "KILN_WORKER_CONCURRENCY" => self.worker.concurrency = (num()? as usize).max(1),
             "KILN_WORK_DIR" => self.worker.work_dir = value.into(),
             "KILN_WORKER_HEARTBEAT_SECS" => self.worker.heartbeat_secs = num()?.max(1),
+            "KILN_WORKER_ORPHAN_SECS" => self.worker.orphan_secs = num()?.max(1),
             "KILN_WORKER_TRANSIENT_RETRIES" => self.worker.transient_retries = num()? as u32,
             "KILN_WORKER_STAGE_PAUSE_MS" => self.worker.stage_pause_ms = num()?,
             "KILN_WORKER_METRICS_BIND" => self.worker.metrics_bind = value.into(),
@@ -564,7 +596,14 @@ impl Config {
             "KILN_TELEMETRY_SECRET_FILE" => self.telemetry.secret_file = value.into(),
             "KILN_TELEMETRY_BACKLOG_MAX" => self.telemetry.backlog_max = (num()? as usize).max(1),
             "KILN_TELEMETRY_BATCH_MAX" => self.telemetry.batch_max = (num()? as usize).max(1),
-            "KILN_TELEMETRY_FLUSH_MS" => self.telemetry.flush_ms = num()?.max(1),
+            "KILN_TELEMETRY_ACK" => {
+                self.telemetry.ack = match value {
+                    "commit" => TelemetryAck::Commit,
+                    "queued" => TelemetryAck::Queued,
+                    _ => return Err(bad("expected commit or queued")),
+                }
+            }
+            "KILN_TELEMETRY_COMMIT_TIMEOUT_MS" => self.telemetry.commit_timeout_ms = num()?.max(1),
             "KILN_TELEMETRY_RETENTION_DAYS" => self.telemetry.retention_days = num()?.max(1),
             "KILN_TELEMETRY_ROLLUP_RETENTION_DAYS" => {
                 self.telemetry.rollup_retention_days = num()?.max(1)

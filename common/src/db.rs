@@ -536,8 +536,8 @@ impl Db {
             return Ok(Inserted::NotOwner);
         }
         let inserted = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO builds ({BUILD_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, NULL, NULL, $10, $10)"
+            "INSERT INTO builds ({BUILD_COLUMNS}, queue_pending) VALUES \
+             ($1, $2, $3, $4, 'queued', $5, $6, $7, $8, $9, NULL, NULL, $10, $10, 1)"
         )))
         .bind(new.id)
         .bind(new.team_id)
@@ -602,8 +602,8 @@ impl Db {
     pub async fn requeue_failed_build(&self, id: &str) -> Result<bool, DbError> {
         let mut tx = self.pool.begin().await?;
         let updated = sqlx::query(
-            "UPDATE builds SET status = 'queued', error = NULL, report = NULL, updated_at = $1 \
-             WHERE id = $2 AND status = 'failed'",
+            "UPDATE builds SET status = 'queued', error = NULL, report = NULL, updated_at = $1, \
+             queue_pending = 1 WHERE id = $2 AND status = 'failed'",
         )
         .bind(now())
         .bind(id)
@@ -665,6 +665,51 @@ impl Db {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// The build's job is on the queue: the orphan sweep leaves it alone from now on.
+    pub async fn mark_build_queued(&self, id: &str) -> Result<(), DbError> {
+        sqlx::query("UPDATE builds SET queue_pending = 0 WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Queued builds whose job may never have been pushed (`queue_pending`), last touched
+    /// before `before`: the row committed, then its process stopped before the push.
+    pub async fn builds_missing_a_job(
+        &self,
+        before: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, DbError> {
+        Ok(sqlx::query_as::<_, (String, String)>(
+            "SELECT id, updated_at FROM builds WHERE queue_pending = 1 AND status = 'queued' \
+             AND updated_at < $1 ORDER BY updated_at LIMIT $2",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Takes the sweep's turn for one such build: `true` for exactly one of the processes that
+    /// saw it last touched at `updated_at` (a compare-and-set on it), so one job is pushed.
+    pub async fn claim_build_missing_a_job(
+        &self,
+        id: &str,
+        updated_at: &str,
+    ) -> Result<bool, DbError> {
+        let done = sqlx::query(
+            "UPDATE builds SET updated_at = $1 WHERE id = $2 AND updated_at = $3 \
+             AND queue_pending = 1 AND status = 'queued'",
+        )
+        .bind(now())
+        .bind(id)
+        .bind(updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     pub async fn save_report(&self, id: &str, report_json: &str) -> Result<(), DbError> {

@@ -136,6 +136,18 @@ pub static JOBS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
 });
 
+/// Queued builds found without a job (their API stopped between the build's commit and the
+/// push) and pushed again by a worker's sweep.
+pub static ORPHANED_BUILDS_REQUEUED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new(
+            "kiln_orphaned_builds_requeued_total",
+            "Queued builds found without a job and queued again by a worker",
+        )
+        .unwrap(),
+    )
+});
+
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register(IntCounterVec::new(Opts::new(name, help), labels).unwrap())
 }
@@ -408,6 +420,7 @@ pub fn init() {
     LazyLock::force(&QUEUE_OLDEST_AGE);
     LazyLock::force(&STAGE_DURATION);
     LazyLock::force(&JOBS);
+    LazyLock::force(&ORPHANED_BUILDS_REQUEUED);
     LazyLock::force(&RELEASE_ATTEMPTS);
     LazyLock::force(&PREHEAT_OUTCOMES);
     LazyLock::force(&PREHEAT_DURATION);

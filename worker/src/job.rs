@@ -46,20 +46,68 @@ pub struct JobContext {
     pub manifest_ttl: Duration,
     /// How often live releases are checked for re-signing.
     pub resign_interval: Duration,
+    /// A queued build still without its job after this long is pushed again (`requeue_orphans`).
+    pub orphan_grace: Duration,
     /// Decode-aware variants: bandwidths, slow classes, how often to re-decide.
     pub variants: kiln_common::config::VariantsConfig,
 }
 
-/// Puts a build on the queue.
-pub async fn enqueue(queue: &QueuePool, build_id: &str) -> Result<(), BoxDynError> {
+/// Puts a build on the queue, then clears its `queue_pending` mark. A process stopped between
+/// the build's commit and this push leaves the mark set: [`requeue_orphans`] pushes it later.
+/// A second push of the same build is harmless (a job finds it published, or repeats it).
+pub async fn enqueue(db: &Db, build_id: &str) -> Result<(), BoxDynError> {
     let job = ProcessBuild {
         build_id: build_id.to_string(),
     };
-    match queue {
+    match &db.queue {
         QueuePool::Sqlite(pool) => SqliteStorage::<ProcessBuild>::new(pool).push(job).await?,
         QueuePool::Postgres(pool) => PostgresStorage::<ProcessBuild>::new(pool).push(job).await?,
     }
+    if let Err(e) = db.mark_build_queued(build_id).await {
+        // Pushed: at worst the sweep pushes it once more.
+        tracing::warn!(build_id, error = %e, "build queued, but its mark stays set");
+    }
     Ok(())
+}
+
+/// Builds swept per pass; the rest wait for the next one.
+const ORPHANS_PER_SWEEP: i64 = 100;
+
+/// One sweep: pushes the job of every queued build still marked `queue_pending` and untouched
+/// for `grace` (its row committed, its process stopped before the push). Each is claimed by a
+/// compare-and-set first, so of several workers sweeping at once only one pushes it. Returns
+/// how many were pushed.
+pub async fn requeue_orphans(db: &Db, grace: Duration) -> Result<usize, BoxDynError> {
+    let before = chrono::Utc::now() - chrono::Duration::from_std(grace)?;
+    let before = before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut pushed = 0;
+    for (id, updated_at) in db.builds_missing_a_job(&before, ORPHANS_PER_SWEEP).await? {
+        if db.claim_build_missing_a_job(&id, &updated_at).await? {
+            tracing::warn!(build_id = %id, since = %updated_at, "queued build had no job; queued it again");
+            enqueue(db, &id).await?;
+            metrics::ORPHANED_BUILDS_REQUEUED.inc();
+            pushed += 1;
+        }
+    }
+    Ok(pushed)
+}
+
+/// Runs [`requeue_orphans`] every `every` until `shutdown`.
+async fn sweep_orphans(
+    db: Db,
+    grace: Duration,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        if let Err(e) = requeue_orphans(&db, grace).await {
+            tracing::warn!(error = %e, "orphaned-build sweep failed; will retry");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
 }
 
 /// Creates the queue's tables (apalis' own migrations).
@@ -86,6 +134,13 @@ pub async fn run_workers(
     handles.push(tokio::spawn(crate::release::run(
         context.clone(),
         Duration::from_secs(1),
+        shutdown.clone(),
+    )));
+    // Builds whose API stopped between their commit and their push.
+    handles.push(tokio::spawn(sweep_orphans(
+        context.db.clone(),
+        context.orphan_grace,
+        (context.orphan_grace / 4).clamp(Duration::from_millis(250), Duration::from_secs(10)),
         shutdown.clone(),
     )));
     for n in 0..count {

@@ -206,6 +206,7 @@ pub async fn job_context(
         transient_retries: config.worker.transient_retries,
         manifest_ttl: Duration::from_secs(config.library.manifest_ttl_secs),
         resign_interval: Duration::from_secs(config.library.resign_interval_secs),
+        orphan_grace: Duration::from_secs(config.worker.orphan_secs),
         variants: config.variants.clone(),
     }))
 }

@@ -132,7 +132,7 @@ pub async fn preflight() -> Response {
 }
 
 #[utoipa::path(post, path = "/v1/telemetry",
-    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. An event counts in rollups, metrics, variant choices and the library's ROI only with the `beacon` token of the game's signed manifest (`{token, sequence, expires}`); others are stored flagged as untrusted. 413 over the body limit, 429 (with Retry-After) over the per-client or per-game rate, 503 while the ingest backlog is full. Accepted events are written in batches within `KILN_TELEMETRY_FLUSH_MS`.",
+    description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. An event counts in rollups, metrics, variant choices and the library's ROI only with the `beacon` token of the game's signed manifest (`{token, sequence, expires}`); others are stored flagged as untrusted. 413 over the body limit, 429 (with Retry-After) over the per-client or per-game rate, 503 while the ingest backlog is full or the database cannot take the events within `KILN_TELEMETRY_COMMIT_TIMEOUT_MS`. A 202 is sent once the events are committed (in one transaction with the other beacons that arrived meanwhile).",
     request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array of `preheat` and `decode` events (docs/telemetry.md)"),
     responses((status = 202, body = TelemetryAccepted), (status = 400, body = crate::error::ErrorBody),
         (status = 413, body = crate::error::ErrorBody), (status = 415, body = crate::error::ErrorBody),
@@ -233,18 +233,30 @@ pub async fn ingest(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return Ok(with_cors(response));
     }
-    // Counted when queued, so the metrics don't wait for the batch write.
     let library = state
         .ingest
         .library_versions(&state.db, &parsed.events)
         .await;
-    kiln_common::metrics::record_telemetry(
-        &parsed.events,
-        rejected,
-        |g| known.contains(g),
-        &library,
-    );
-    state.ingest.send(kiln_common::db::now(), parsed.events);
+    // Answered 202 only once committed: a process killed after the answer loses nothing.
+    let stored = state
+        .ingest
+        .store(kiln_common::db::now(), parsed.events)
+        .await;
+    let events = match stored {
+        Ok(events) => events,
+        Err(e) => {
+            kiln_common::metrics::TELEMETRY_EVENTS
+                .with_label_values(&["dropped"])
+                .inc_by(accepted as u64);
+            let mut response =
+                ApiError::unavailable(format!("{e}; try again later")).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return Ok(with_cors(response));
+        }
+    };
+    kiln_common::metrics::record_telemetry(&events, rejected, |g| known.contains(g), &library);
     Ok(with_cors(
         (
             StatusCode::ACCEPTED,

@@ -333,7 +333,7 @@ async fn receive(
             return Err(e.into());
         }
     };
-    if let Err(e) = kiln_worker::job::enqueue(&state.db.queue, &build.id).await {
+    if let Err(e) = kiln_worker::job::enqueue(&state.db, &build.id).await {
         let reason = format!("could not queue the build: {e}");
         let _ = state
             .db

@@ -188,7 +188,6 @@ pub async fn beacon_metric_labels_stay_bounded(deployment: Deployment) {
 pub async fn forged_decode_beacons_do_not_steer_variant_choices(deployment: Deployment) {
     let kiln = Kiln::start_with(deployment, |c| {
         c.variants.refresh_secs = 1;
-        c.telemetry.flush_ms = 50;
         c.telemetry.client_ip_header = "x-real-ip".into();
     })
     .await;

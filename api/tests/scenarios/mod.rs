@@ -1032,6 +1032,112 @@ pub async fn transient_failures_are_retried_then_fail_the_build(deployment: Depl
     kiln.stop().await;
 }
 
+/// A build whose row committed but whose job never reached the queue (its API was SIGKILLed
+/// between the two: bench/faults found one) is queued again by a worker's sweep, whether it
+/// was a new upload or a failed build's retry. Before the sweep it stayed `queued` for ever,
+/// and a replay with its Idempotency-Key answered `200` for that dead build.
+pub async fn queued_build_without_a_job_is_queued_again(deployment: Deployment) {
+    use kiln_common::db::{Inserted, NewBuild};
+    let kiln = Kiln::start_with(deployment, |c| c.worker.orphan_secs = 1).await;
+    let (team_id, token) = kiln.team("orphans").await;
+    let team_id = team_id.as_str();
+    let state = &kiln.running.as_ref().unwrap().state;
+    let requeued_before = metric_sum(
+        &kiln.metrics().await,
+        "kiln_orphaned_builds_requeued_total",
+        &[],
+    );
+
+    // What the killed API left: the package stored, the build row committed, no job.
+    let orphan = |version: &'static str, package: Vec<u8>, key: Option<&'static str>| async move {
+        let id = uuid::Uuid::now_v7().to_string();
+        let package_key = kiln_common::keys::package_key(&id, "zip");
+        state
+            .storage
+            .put_bytes(&package_key, package.clone().into())
+            .await
+            .unwrap();
+        let inserted = state
+            .db
+            .insert_build(
+                NewBuild {
+                    id: &id,
+                    team_id,
+                    game: "orphan-game",
+                    version,
+                    package_key: &package_key,
+                    package_format: "zip",
+                    package_sha256: &sha256_hex(&package),
+                    package_size: package.len() as i64,
+                    idempotency_key: key,
+                },
+                kiln_worker::pipeline::STAGES,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(inserted, Inserted::New(_)), "a new build");
+        id
+    };
+    let published = orphan("1", sample_package(), Some("ci-run-1")).await;
+    // The client's retry with the same key names the same build, which now does get built.
+    let replay = kiln
+        .http
+        .post(format!(
+            "{}/v1/games/orphan-game/builds?version=1",
+            kiln.url
+        ))
+        .bearer_auth(&token)
+        .header("content-type", "application/zip")
+        .header("idempotency-key", "ci-run-1")
+        .body(sample_package())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200);
+    let replay: Value = replay.json().await.unwrap();
+    assert_eq!(replay["build_id"], published.as_str(), "{replay}");
+    let status = kiln.wait_for_build(&token, &published).await;
+    assert_eq!(status["status"], "published", "orphaned upload: {status}");
+
+    // A failed build retried (`requeue_failed_build` committed), its push never made.
+    let failing = orphan("2", zip_with(&[]), None).await;
+    let status = kiln.wait_for_build(&token, &failing).await;
+    assert_eq!(status["status"], "failed", "{status}");
+    let first_failure = status["stages"][0]["finished_at"].clone();
+    assert!(state.db.requeue_failed_build(&failing).await.unwrap());
+    let status = kiln.wait_for_build(&token, &failing).await;
+    assert_eq!(status["status"], "failed", "retried: {status}");
+    assert!(
+        status["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("package is empty"),
+        "{status}"
+    );
+    assert_ne!(
+        status["stages"][0]["finished_at"], first_failure,
+        "the retry ran the pipeline again: {status}"
+    );
+
+    // Three pushed by the sweep, each once: the marks are cleared.
+    let requeued = metric_sum(
+        &kiln.metrics().await,
+        "kiln_orphaned_builds_requeued_total",
+        &[],
+    ) - requeued_before;
+    assert!(requeued >= 3.0, "sweeps counted: {requeued}");
+    assert!(
+        state
+            .db
+            .builds_missing_a_job("9999", 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no build left marked"
+    );
+    kiln.stop().await;
+}
+
 /// SIGTERM: the worker stops taking jobs, finishes or hands back its current one, and exits
 /// cleanly; the build still publishes exactly once.
 pub async fn sigterm_lets_the_worker_finish_or_hand_back(deployment: Deployment) {

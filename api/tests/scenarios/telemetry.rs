@@ -42,7 +42,6 @@ fn decode_event(game: &str, variant: &str, ms: f64, device: &Value) -> Value {
 pub async fn decode_beacons_choose_variants_per_device_class(deployment: Deployment) {
     let kiln = Kiln::start_with(deployment, |c| {
         c.variants.refresh_secs = 1;
-        c.telemetry.flush_ms = 50;
         c.telemetry.client_ip_header = "x-real-ip".into();
     })
     .await;
@@ -383,15 +382,18 @@ pub async fn decode_beacons_choose_variants_per_device_class(deployment: Deploym
     kiln.stop().await;
 }
 
-/// Past `backlog_max` waiting events a beacon gets 503 and its events count as dropped; what
-/// was accepted is written even when the process stops before the next flush.
-pub async fn telemetry_backlog_is_bounded_and_flushed_on_stop(deployment: Deployment) {
+/// A beacon is answered 202 only once its events are committed (bench/faults found beacons
+/// answered 202 and lost when their API process was killed: they had only been queued). While
+/// the database stalls, beacons wait for it; past `backlog_max` waiting events a beacon gets
+/// 503 at once, and one that waited `commit_timeout_ms` gets 503 too: each counts as dropped
+/// and is not stored.
+pub async fn telemetry_is_committed_before_it_is_acknowledged(deployment: Deployment) {
     let kiln = Kiln::start_with(deployment, |c| {
         c.telemetry.backlog_max = 5;
-        c.telemetry.flush_ms = 60_000;
-        c.telemetry.batch_max = 1000;
+        c.telemetry.commit_timeout_ms = 3_000;
     })
     .await;
+    let db = kiln.running.as_ref().unwrap().state.db.clone();
     let beacon = |n: usize| {
         let events: Vec<Value> = (0..n)
             .map(|i| json!({"type": "preheat", "game": "backlog", "engine": "phaser", "version": "3.80.1", "outcome": "hit", "ms": i as f64}))
@@ -401,25 +403,88 @@ pub async fn telemetry_backlog_is_bounded_and_flushed_on_stop(deployment: Deploy
             .body(json!({ "events": events }).to_string())
             .send()
     };
+    let stored = || async { db.telemetry_for_game("backlog").await.unwrap().len() };
     assert_eq!(beacon(4).await.unwrap().status(), 202);
-    let full = beacon(2).await.unwrap();
+    assert_eq!(stored().await, 4, "stored when answered, not a flush later");
+
+    // Another connection holds the write lock: the writer's transaction waits behind it.
+    let mut stall = stall_telemetry_writes(&kiln.config.database_url()).await;
+    let waiting = tokio::spawn(beacon(2));
+    // Its events take room in the backlog until the writer gives up on them.
+    let ingest = kiln.running.as_ref().unwrap().state.ingest.clone();
+    eventually("the stalled beacon to wait", || async {
+        (ingest.waiting() == 2).then_some(())
+    })
+    .await;
+    let full = beacon(4).await.unwrap();
     assert_eq!(full.status(), 503);
     assert_eq!(full.headers()["retry-after"], "1");
     assert!(full.text().await.unwrap().contains("backlog is full"));
+    let timed_out = waiting.await.unwrap().unwrap();
+    assert_eq!(timed_out.status(), 503, "the stalled beacon was not stored");
+    assert_eq!(timed_out.headers()["retry-after"], "1");
+    let body = timed_out.text().await.unwrap();
+    assert!(body.contains("could not be stored"), "{body}");
+    sqlx::query("ROLLBACK").execute(&mut stall).await.unwrap();
+    drop(stall);
+
     assert_eq!(beacon(1).await.unwrap().status(), 202);
-    // Nothing written yet (the flush is a minute away); stopping writes it.
-    let db = kiln.running.as_ref().unwrap().state.db.clone();
-    assert!(db.telemetry_for_game("backlog").await.unwrap().is_empty());
+    assert_eq!(
+        stored().await,
+        5,
+        "4 + 1 answered 202; the 503s left nothing"
+    );
     let kiln = kiln.restart_with(|_| {}).await;
-    let stored = kiln
-        .running
-        .as_ref()
-        .unwrap()
-        .state
-        .db
-        .telemetry_for_game("backlog")
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    assert_eq!(db.telemetry_for_game("backlog").await.unwrap().len(), 5);
+    kiln.stop().await;
+}
+
+/// `KILN_TELEMETRY_ACK=queued`: a beacon is answered 202 as soon as it is queued, even while
+/// the database stalls, and written once it takes writes again.
+pub async fn queued_ack_answers_before_the_write(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| {
+        c.telemetry.ack = kiln_common::config::TelemetryAck::Queued;
+    })
+    .await;
+    let db = kiln.running.as_ref().unwrap().state.db.clone();
+    let mut stall = stall_telemetry_writes(&kiln.config.database_url()).await;
+    let events: Vec<Value> = (0..3)
+        .map(|i| json!({"type": "preheat", "game": "queued", "engine": "phaser", "version": "3.80.1", "outcome": "hit", "ms": i as f64}))
+        .collect();
+    let answer = kiln
+        .http
+        .post(format!("{}/v1/telemetry", kiln.url))
+        .body(json!({ "events": events }).to_string())
+        .send()
         .await
         .unwrap();
-    assert_eq!(stored.len(), 5);
+    assert_eq!(answer.status(), 202, "answered while the database stalls");
+    sqlx::query("ROLLBACK").execute(&mut stall).await.unwrap();
+    drop(stall);
+    eventually("the queued beacon to be written", || async {
+        (db.telemetry_for_game("queued").await.unwrap().len() == 3).then_some(())
+    })
+    .await;
     kiln.stop().await;
+}
+
+/// A connection holding the lock every telemetry write needs, until it rolls back.
+async fn stall_telemetry_writes(url: &str) -> sqlx::AnyConnection {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    if url.starts_with("sqlite:") {
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    } else {
+        sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+        sqlx::query("LOCK TABLE telemetry_events IN EXCLUSIVE MODE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn
 }

@@ -355,6 +355,9 @@ export class Worker {
       KILN_WORKER_CONCURRENCY: String(this.concurrency),
       KILN_WORKER_STAGE_PAUSE_MS: String(this.stagePauseMs),
       KILN_WORKER_METRICS_BIND: `127.0.0.1:${this.metricsPort}`,
+      // A build whose API died between its row and its job is queued again after this long
+      // (default 30 s; shorter here so the api-commit fault's retry is published sooner).
+      KILN_WORKER_ORPHAN_SECS: '10',
     });
     this.proc = new Proc(this.role, this.c.bins.worker, ['run'], { env, logFile: this.log, stopSignal: 'SIGTERM' });
     this.c.track(this.proc);

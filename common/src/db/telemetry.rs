@@ -280,14 +280,9 @@ impl Db {
         batches: &[(String, Vec<TelemetryEvent>)],
         rollup: &Rollup,
     ) -> Result<(), DbError> {
+        // A durable commit: a beacon is answered `202` only once this returns (api/src/ingest.rs),
+        // so a database crash right after must not lose it (no `synchronous_commit = off`).
         let mut tx = self.pool.begin().await?;
-        if !self.is_sqlite() {
-            // Telemetry may lose its last moments in a database crash (never consistency):
-            // the commit need not wait for the WAL flush.
-            sqlx::query("SET LOCAL synchronous_commit = off")
-                .execute(&mut *tx)
-                .await?;
-        }
         let events: Vec<Value> = batches
             .iter()
             .flat_map(|(at, events)| events.iter().map(move |e| event_row(at, e)))
