@@ -212,7 +212,7 @@ URLs, logging. The signing key is deliberately not here: only the worker templat
 {{- with include "kiln.clientIpHeader" . -}}
 {{- $env = append $env (dict "name" "KILN_TELEMETRY_CLIENT_IP_HEADER" "value" .) -}}
 {{- end -}}
-{{- $env = concat $env (include "kiln.optionalEnv" (list (list "KILN_UPLOAD_MAX_BYTES" $v.api.uploadMaxBytes) (list "KILN_UPLOAD_MAX_CONCURRENT" $v.api.uploadMaxConcurrent) (list "KILN_UPLOAD_TIMEOUT_SECS" $v.api.uploadTimeoutSecs) (list "KILN_REQUEST_TIMEOUT_SECS" $v.api.requestTimeoutSecs)) | fromJsonArray) -}}
+{{- $env = concat $env (include "kiln.optionalEnv" (list (list "KILN_TELEMETRY_ACK" $v.api.telemetryAck) (list "KILN_UPLOAD_MAX_BYTES" $v.api.uploadMaxBytes) (list "KILN_UPLOAD_MAX_CONCURRENT" $v.api.uploadMaxConcurrent) (list "KILN_UPLOAD_TIMEOUT_SECS" $v.api.uploadTimeoutSecs) (list "KILN_REQUEST_TIMEOUT_SECS" $v.api.requestTimeoutSecs)) | fromJsonArray) -}}
 {{- $env = concat $env (include "kiln.commonEnv" . | fromJsonArray) (include "kiln.envMap" $v.api.env | fromJsonArray) $v.config.extraEnv $v.api.extraEnv -}}
 {{- toJson $env -}}
 {{- end }}
@@ -232,7 +232,7 @@ in its emptyDir that nobody could ever rotate with.
 {{- $env = append $env (dict "name" "KILN_ROOT_KEY_FILE" "value" (printf "%s/root.key" ($v.secrets.rootKey.mountPath | trimSuffix "/"))) -}}
 {{- $env = append $env (dict "name" "KILN_TELEMETRY_SECRET_FILE" "value" (printf "%s/telemetry.key" ($v.secrets.telemetry.mountPath | trimSuffix "/"))) -}}
 {{- $env = append $env (dict "name" "KILN_WORK_DIR" "value" $v.worker.workDir) -}}
-{{- $env = concat $env (include "kiln.optionalEnv" (list (list "KILN_WORKER_CONCURRENCY" $v.worker.concurrency) (list "KILN_WORKER_HEARTBEAT_SECS" $v.worker.heartbeatSecs) (list "KILN_WORKER_TRANSIENT_RETRIES" $v.worker.transientRetries) (list "KILN_UNPACK_MAX_ENTRIES" $v.worker.unpackMaxEntries) (list "KILN_UNPACK_MAX_BYTES" $v.worker.unpackMaxBytes) (list "KILN_UNPACK_MAX_RATIO" $v.worker.unpackMaxRatio)) | fromJsonArray) -}}
+{{- $env = concat $env (include "kiln.optionalEnv" (list (list "KILN_WORKER_CONCURRENCY" $v.worker.concurrency) (list "KILN_WORKER_HEARTBEAT_SECS" $v.worker.heartbeatSecs) (list "KILN_WORKER_ORPHAN_SECS" $v.worker.orphanSecs) (list "KILN_WORKER_TRANSIENT_RETRIES" $v.worker.transientRetries) (list "KILN_UNPACK_MAX_ENTRIES" $v.worker.unpackMaxEntries) (list "KILN_UNPACK_MAX_BYTES" $v.worker.unpackMaxBytes) (list "KILN_UNPACK_MAX_RATIO" $v.worker.unpackMaxRatio)) | fromJsonArray) -}}
 {{- $env = concat $env (include "kiln.commonEnv" . | fromJsonArray) (include "kiln.envMap" $v.worker.env | fromJsonArray) $v.config.extraEnv $v.worker.extraEnv -}}
 {{- toJson $env -}}
 {{- end }}
@@ -242,7 +242,7 @@ Names the chart sets itself; config.env, api.env and worker.env may not name the
 entry with the same name would silently win or lose).
 */}}
 {{- define "kiln.managedEnv" -}}
-{{- list "KILN_DATABASE_URL" "KILN_MIGRATE_ON_START" "KILN_PUBLIC_URL" "KILN_CONTENT_URL" "KILN_S3_BUCKET" "KILN_S3_ENDPOINT" "KILN_S3_REGION" "KILN_S3_PATH_STYLE" "KILN_DATA_DIR" "KILN_LOG_JSON" "RUST_LOG" "KILN_BIND" "KILN_CONTENT_BIND" "KILN_METRICS_BIND" "KILN_WORKERS" "KILN_DB_MAX_CONNECTIONS" "KILN_ADMIN_TOKEN" "KILN_TELEMETRY_SECRET_FILE" "KILN_TELEMETRY_CLIENT_IP_HEADER" "KILN_UPLOAD_MAX_BYTES" "KILN_UPLOAD_MAX_CONCURRENT" "KILN_UPLOAD_TIMEOUT_SECS" "KILN_REQUEST_TIMEOUT_SECS" "KILN_WORKER_METRICS_BIND" "KILN_SIGNING_KEY_FILE" "KILN_ROOT_KEY_FILE" "KILN_WORK_DIR" "KILN_WORKER_CONCURRENCY" "KILN_WORKER_HEARTBEAT_SECS" "KILN_WORKER_TRANSIENT_RETRIES" "KILN_UNPACK_MAX_ENTRIES" "KILN_UNPACK_MAX_BYTES" "KILN_UNPACK_MAX_RATIO" "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" | toJson }}
+{{- list "KILN_DATABASE_URL" "KILN_MIGRATE_ON_START" "KILN_PUBLIC_URL" "KILN_CONTENT_URL" "KILN_S3_BUCKET" "KILN_S3_ENDPOINT" "KILN_S3_REGION" "KILN_S3_PATH_STYLE" "KILN_DATA_DIR" "KILN_LOG_JSON" "RUST_LOG" "KILN_BIND" "KILN_CONTENT_BIND" "KILN_METRICS_BIND" "KILN_WORKERS" "KILN_DB_MAX_CONNECTIONS" "KILN_ADMIN_TOKEN" "KILN_TELEMETRY_SECRET_FILE" "KILN_TELEMETRY_CLIENT_IP_HEADER" "KILN_UPLOAD_MAX_BYTES" "KILN_UPLOAD_MAX_CONCURRENT" "KILN_UPLOAD_TIMEOUT_SECS" "KILN_REQUEST_TIMEOUT_SECS" "KILN_WORKER_METRICS_BIND" "KILN_SIGNING_KEY_FILE" "KILN_ROOT_KEY_FILE" "KILN_WORK_DIR" "KILN_WORKER_CONCURRENCY" "KILN_WORKER_HEARTBEAT_SECS" "KILN_WORKER_ORPHAN_SECS" "KILN_TELEMETRY_ACK" "KILN_WORKER_TRANSIENT_RETRIES" "KILN_UNPACK_MAX_ENTRIES" "KILN_UNPACK_MAX_BYTES" "KILN_UNPACK_MAX_RATIO" "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" | toJson }}
 {{- end }}
 
 {{/* Pods a Deployment may run at once during a rollout: N plus its maxSurge. */}}

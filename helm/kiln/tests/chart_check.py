@@ -58,6 +58,8 @@ OPTIONAL_SETTINGS = {
     "KILN_REQUEST_TIMEOUT_SECS": ("api", "api.requestTimeoutSecs"),
     "KILN_WORKER_CONCURRENCY": ("worker", "worker.concurrency"),
     "KILN_WORKER_HEARTBEAT_SECS": ("worker", "worker.heartbeatSecs"),
+    "KILN_WORKER_ORPHAN_SECS": ("worker", "worker.orphanSecs"),
+    "KILN_TELEMETRY_ACK": ("api", "api.telemetryAck"),
     "KILN_WORKER_TRANSIENT_RETRIES": ("worker", "worker.transientRetries"),
     "KILN_UNPACK_MAX_ENTRIES": ("worker", "worker.unpackMaxEntries"),
     "KILN_UNPACK_MAX_BYTES": ("worker", "worker.unpackMaxBytes"),
