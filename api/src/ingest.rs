@@ -134,6 +134,7 @@ impl Ingest {
         if events.is_empty() {
             return Ok(events);
         }
+        let n = events.len();
         let (stored, committed) = oneshot::channel();
         let gone = || NotStored("the telemetry writer stopped".into());
         let queued = match self.ack {
@@ -149,7 +150,10 @@ impl Ingest {
                 events,
                 stored,
             })
-            .map_err(|_| gone())?;
+            .map_err(|_| {
+                self.backlog.fetch_sub(n, Ordering::SeqCst);
+                gone()
+            })?;
         match queued {
             Some(events) => Ok(events),
             None => committed.await.unwrap_or_else(|_| Err(gone())),

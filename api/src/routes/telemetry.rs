@@ -131,6 +131,19 @@ pub async fn preflight() -> Response {
     (StatusCode::NO_CONTENT, headers).into_response()
 }
 
+/// 503 with Retry-After for `accepted` events the ingest did not take (its backlog full, or
+/// not committed in time); they count as dropped.
+fn dropped(why: &dyn std::fmt::Display, accepted: usize) -> Response {
+    kiln_common::metrics::TELEMETRY_EVENTS
+        .with_label_values(&["dropped"])
+        .inc_by(accepted as u64);
+    let mut response = ApiError::unavailable(format!("{why}; try again later")).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 #[utoipa::path(post, path = "/v1/telemetry",
     description = "Loader beacons: `{\"events\": [...]}` as JSON or text/plain (navigator.sendBeacon). Unknown fields are ignored; invalid events are rejected one by one and counted. An event counts in rollups, metrics, variant choices and the library's ROI only with the `beacon` token of the game's signed manifest (`{token, sequence, expires}`); others are stored flagged as untrusted. 413 over the body limit, 429 (with Retry-After) over the per-client or per-game rate, 503 while the ingest backlog is full or the database cannot take the events within `KILN_TELEMETRY_COMMIT_TIMEOUT_MS`. A 202 is sent once the events are committed (in one transaction with the other beacons that arrived meanwhile).",
     request_body(content = String, content_type = "text/plain", description = "a JSON object with an `events` array of `preheat` and `decode` events (docs/telemetry.md)"),
@@ -223,15 +236,7 @@ pub async fn ingest(
     let accepted = parsed.events.len();
     let rejected = parsed.rejected.len();
     if let Err(full) = state.ingest.reserve(accepted) {
-        kiln_common::metrics::TELEMETRY_EVENTS
-            .with_label_values(&["dropped"])
-            .inc_by(accepted as u64);
-        let mut response =
-            ApiError::unavailable(format!("{full}; try again later")).into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return Ok(with_cors(response));
+        return Ok(with_cors(dropped(&full, accepted)));
     }
     let library = state
         .ingest
@@ -244,17 +249,7 @@ pub async fn ingest(
         .await;
     let events = match stored {
         Ok(events) => events,
-        Err(e) => {
-            kiln_common::metrics::TELEMETRY_EVENTS
-                .with_label_values(&["dropped"])
-                .inc_by(accepted as u64);
-            let mut response =
-                ApiError::unavailable(format!("{e}; try again later")).into_response();
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return Ok(with_cors(response));
-        }
+        Err(e) => return Ok(with_cors(dropped(&e, accepted))),
     };
     kiln_common::metrics::record_telemetry(&events, rejected, |g| known.contains(g), &library);
     Ok(with_cors(
