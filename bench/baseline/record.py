@@ -11,7 +11,8 @@ sample game, as one line per output object (sha256 and size), so a refactor of t
 Each model directory becomes one package (its files plus an empty index.html, zipped with
 fixed timestamps), processed with `--vat` and a fixed signing key, game, version and build
 id, so the outputs are byte-for-byte repeatable. `manifest.json` is hashed without its
-`created_at`; `manifest.sig` signs that time too and is left out; `report.json` gives its
+`created_at` (so is the copy under `manifests/`, named by its own hash, which covers that
+time); `manifest.sig` signs that time too and is left out; `report.json` gives its
 errors and warnings, not its timings. Fails under CI=true when the corpus is missing.
 """
 
@@ -76,10 +77,13 @@ def record(worker: Path, name: str, source: Path, skip: set, scratch: Path, out:
         data = path.read_bytes()
         if rel == "manifest.sig":
             continue
-        if rel == "manifest.json":
+        if rel == "manifest.json" or (rel.startswith("manifests/") and rel.endswith(".json")):
+            # Named by their own hash, which covers `created_at`: named by place instead.
             manifest = json.loads(data)
             manifest.pop("created_at", None)
             data = json.dumps(manifest, sort_keys=True).encode()
+            if rel != "manifest.json":
+                rel = "manifests/(its own sha256).json"
         if rel == "report.json":
             report = json.loads(data)
             notes = []
