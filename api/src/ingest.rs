@@ -363,8 +363,7 @@ impl Writer {
 
     async fn prune(&self) {
         let days = |n: u64| {
-            (chrono::Utc::now() - chrono::Duration::days(n as i64))
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            kiln_common::db::timestamp(chrono::Utc::now() - chrono::Duration::days(n as i64))
         };
         match self
             .db

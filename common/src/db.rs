@@ -184,7 +184,13 @@ impl DbError {
 }
 
 pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    timestamp(chrono::Utc::now())
+}
+
+/// A time as the database stores it (RFC 3339, milliseconds, `Z`), so stored times compare
+/// as strings.
+pub fn timestamp(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 const BUILD_COLUMNS: &str = "id, team_id, game, version, status, package_key, package_format, \

@@ -78,8 +78,8 @@ const ORPHANS_PER_SWEEP: i64 = 100;
 /// compare-and-set first, so of several workers sweeping at once only one pushes it. Returns
 /// how many were pushed.
 pub async fn requeue_orphans(db: &Db, grace: Duration) -> Result<usize, BoxDynError> {
-    let before = chrono::Utc::now() - chrono::Duration::from_std(grace)?;
-    let before = before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let before =
+        kiln_common::db::timestamp(chrono::Utc::now() - chrono::Duration::from_std(grace)?);
     let mut pushed = 0;
     for (id, updated_at) in db.builds_missing_a_job(&before, ORPHANS_PER_SWEEP).await? {
         if db.claim_build_missing_a_job(&id, &updated_at).await? {

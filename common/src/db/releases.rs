@@ -6,7 +6,7 @@
 
 use sqlx::Row;
 
-use super::{Db, DbError, now};
+use super::{Db, DbError, now, timestamp};
 
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct ReleaseRow {
@@ -335,8 +335,7 @@ impl Db {
     /// Takes a pending request (or one a crashed worker took over a minute ago). `false`:
     /// another worker has it.
     pub async fn claim_release_request(&self, id: &str) -> Result<bool, DbError> {
-        let stale = (chrono::Utc::now() - chrono::Duration::seconds(60))
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let stale = timestamp(chrono::Utc::now() - chrono::Duration::seconds(60));
         Ok(sqlx::query(
             "UPDATE release_requests SET status = 'signing', updated_at = $1 \
              WHERE id = $2 AND (status = 'pending' OR (status = 'signing' AND updated_at < $3))",

@@ -2,7 +2,7 @@
 
 use sqlx::Row;
 
-use super::{Db, DbError, now};
+use super::{Db, DbError, now, timestamp};
 
 /// Who a live dashboard session belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,8 +21,7 @@ impl Db {
         ttl_secs: u64,
     ) -> Result<(), DbError> {
         let created = now();
-        let expires = (chrono::Utc::now() + chrono::Duration::seconds(ttl_secs as i64))
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let expires = timestamp(chrono::Utc::now() + chrono::Duration::seconds(ttl_secs as i64));
         sqlx::query("DELETE FROM dashboard_sessions WHERE expires_at <= $1")
             .bind(&created)
             .execute(&self.pool)
