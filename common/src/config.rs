@@ -329,15 +329,6 @@ pub enum TelemetryAck {
     Queued,
 }
 
-impl TelemetryAck {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Commit => "commit",
-            Self::Queued => "queued",
-        }
-    }
-}
-
 impl Default for TelemetryConfig {
     fn default() -> Self {
         Self {
