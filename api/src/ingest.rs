@@ -46,6 +46,10 @@ pub struct BacklogFull(pub usize);
 #[error("telemetry could not be stored: {0}")]
 pub struct NotStored(String);
 
+fn writer_gone() -> NotStored {
+    NotStored("the telemetry writer stopped".into())
+}
+
 #[derive(Clone)]
 pub struct Ingest {
     queue: mpsc::UnboundedSender<Received>,
@@ -123,41 +127,54 @@ impl Ingest {
         Ok(())
     }
 
-    /// Stores validated events, room for which was [`Ingest::reserve`]d: returns them once
-    /// they are committed (with the other beacons of their batch), or why they were not; with
-    /// `KILN_TELEMETRY_ACK=queued`, once they are queued.
+    /// Stores validated events, room for which was [`Ingest::reserve`]d, and hands them to
+    /// `accepted` (the metrics) once they are committed, with the other beacons of their batch;
+    /// with `KILN_TELEMETRY_ACK=queued`, once they are queued. `Err`: why they were not.
     pub async fn store(
         &self,
         received_at: String,
         events: Vec<TelemetryEvent>,
-    ) -> Result<Vec<TelemetryEvent>, NotStored> {
+        accepted: impl FnOnce(&[TelemetryEvent]),
+    ) -> Result<(), NotStored> {
         if events.is_empty() {
-            return Ok(events);
+            accepted(&events);
+            return Ok(());
         }
+        match self.ack {
+            TelemetryAck::Queued => {
+                accepted(&events);
+                self.enqueue(received_at, events, None)?;
+            }
+            TelemetryAck::Commit => {
+                let deadline = Instant::now() + self.commit_timeout;
+                let committed = self.enqueue(received_at, events, Some(deadline))?;
+                let events = committed.await.unwrap_or_else(|_| Err(writer_gone()))?;
+                accepted(&events);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands events to the writer; what it answers once they are written (or given up on).
+    fn enqueue(
+        &self,
+        at: String,
+        events: Vec<TelemetryEvent>,
+        deadline: Option<Instant>,
+    ) -> Result<oneshot::Receiver<Result<Vec<TelemetryEvent>, NotStored>>, NotStored> {
         let n = events.len();
         let (stored, committed) = oneshot::channel();
-        let gone = || NotStored("the telemetry writer stopped".into());
-        let queued = match self.ack {
-            TelemetryAck::Commit => None,
-            TelemetryAck::Queued => Some(events.clone()),
+        let received = Received {
+            at,
+            deadline,
+            events,
+            stored,
         };
-        self.queue
-            .send(Received {
-                at: received_at,
-                deadline: queued
-                    .is_none()
-                    .then(|| Instant::now() + self.commit_timeout),
-                events,
-                stored,
-            })
-            .map_err(|_| {
-                self.backlog.fetch_sub(n, Ordering::SeqCst);
-                gone()
-            })?;
-        match queued {
-            Some(events) => Ok(events),
-            None => committed.await.unwrap_or_else(|_| Err(gone())),
-        }
+        self.queue.send(received).map_err(|_| {
+            self.backlog.fetch_sub(n, Ordering::SeqCst);
+            writer_gone()
+        })?;
+        Ok(committed)
     }
 
     /// Whether `game` is registered: refreshed from the database at most once a second, when

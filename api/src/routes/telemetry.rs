@@ -245,13 +245,18 @@ pub async fn ingest(
     // Answered 202 only once committed: a process killed after the answer loses nothing.
     let stored = state
         .ingest
-        .store(kiln_common::db::now(), parsed.events)
+        .store(kiln_common::db::now(), parsed.events, |events| {
+            kiln_common::metrics::record_telemetry(
+                events,
+                rejected,
+                |g| known.contains(g),
+                &library,
+            )
+        })
         .await;
-    let events = match stored {
-        Ok(events) => events,
-        Err(e) => return Ok(with_cors(dropped(&e, accepted))),
-    };
-    kiln_common::metrics::record_telemetry(&events, rejected, |g| known.contains(g), &library);
+    if let Err(e) = stored {
+        return Ok(with_cors(dropped(&e, accepted)));
+    }
     Ok(with_cors(
         (
             StatusCode::ACCEPTED,
