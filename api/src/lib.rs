@@ -277,8 +277,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     }
     // Migrated here unless a separate step does it: the queue's tables must exist before the
     // first upload pushes a job.
-    let db = kiln_worker::runtime::open_database(&config, kiln_common::config::API_DB_CONNECTIONS)
-        .await?;
+    let db = kiln_jobs::open_database(&config, kiln_common::config::API_DB_CONNECTIONS).await?;
     let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
     let config = Arc::new(config);
     let (stop, stopped) = watch::channel(false);
@@ -304,18 +303,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
 
     let workers = config.in_process_workers();
     if workers > 0 {
-        let context = kiln_worker::runtime::job_context(&config, db, storage).await?;
-        let heartbeat = Duration::from_secs(config.worker.heartbeat_secs);
-        let concurrency = config.worker.concurrency;
-        let stopped = stopped.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) =
-                kiln_worker::job::run_workers(context, workers, concurrency, heartbeat, stopped)
-                    .await
-            {
-                tracing::error!(error = %e, "in-process workers stopped");
-            }
-        }));
+        tasks.push(embedded_workers(&config, db, storage, workers, stopped.clone()).await?);
     }
 
     let mut servers = vec![
@@ -383,4 +371,40 @@ fn serve(
             tracing::error!(error = %e, "server stopped");
         }
     })
+}
+
+/// The embedded mode's queue consumers, in this process (`KILN_WORKERS`).
+#[cfg(feature = "embedded-worker")]
+async fn embedded_workers(
+    config: &Config,
+    db: kiln_common::db::Db,
+    storage: Storage,
+    workers: usize,
+    stopped: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let context = kiln_worker::runtime::job_context(config, db, storage).await?;
+    let heartbeat = Duration::from_secs(config.worker.heartbeat_secs);
+    let concurrency = config.worker.concurrency;
+    Ok(tokio::spawn(async move {
+        if let Err(e) =
+            kiln_worker::job::run_workers(context, workers, concurrency, heartbeat, stopped).await
+        {
+            tracing::error!(error = %e, "in-process workers stopped");
+        }
+    }))
+}
+
+/// Built without the pipeline: in-process workers are a configuration error, said at start.
+#[cfg(not(feature = "embedded-worker"))]
+async fn embedded_workers(
+    _: &Config,
+    _: kiln_common::db::Db,
+    _: Storage,
+    workers: usize,
+    _: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    anyhow::bail!(
+        "KILN_WORKERS={workers}, but this kiln-api was built without in-process workers \
+         (feature embedded-worker); set KILN_WORKERS=0 and run kiln-worker"
+    )
 }

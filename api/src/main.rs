@@ -46,7 +46,7 @@ fn main() -> std::process::ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = match cli.command {
         Some(ApiCommand::Migrate) => runtime.block_on(async {
-            kiln_worker::runtime::migrate(&config).await?;
+            kiln_jobs::migrate(&config).await?;
             eprintln!("kiln-api: migrations applied");
             Ok(())
         }),
@@ -72,7 +72,7 @@ async fn serve(config: Config, demo: Option<PathBuf>) -> anyhow::Result<()> {
         }
         println!("serving on {base} — Ctrl-C to stop");
     }
-    kiln_worker::runtime::shutdown_signal().await;
+    kiln_jobs::shutdown_signal().await;
     running.shutdown().await;
     Ok(())
 }

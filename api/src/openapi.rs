@@ -158,8 +158,8 @@ impl Modify for Constraints {
             .iter()
             .map(|s| s.as_str())
             .collect();
-        use kiln_worker::release::Reason;
-        let reasons = [Reason::Publish, Reason::Release, Reason::Resign].map(Reason::as_str);
+        let reasons =
+            kiln_common::db::ReleaseReason::ALL.map(kiln_common::db::ReleaseReason::as_str);
         let Some(components) = openapi.components.as_mut() else {
             return;
         };

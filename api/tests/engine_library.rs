@@ -35,6 +35,13 @@ fn loader_browser_tests_pass() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("# fail 0"), "{stdout}");
+    // node's runner prints `# pass N`: zero tests found passes `# fail 0` too.
+    let passed: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("# pass "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(passed >= 40, "only {passed} loader tests ran:\n{stdout}");
 }
 
 /// `outcome/reason` of each engine event a page reported.

@@ -258,7 +258,7 @@ impl Default for VatConfig {
 pub struct LibraryConfig {
     /// Split detected engines out of builds into the shared library.
     pub split: bool,
-    /// A TOML file of extra detection rules (format of `worker/engines.toml`), checked first.
+    /// A TOML file of extra detection rules (format of `stages/engines.toml`), checked first.
     pub rules_file: String,
     /// How long a signed release stays valid; clients refuse it after that.
     pub manifest_ttl_secs: u64,

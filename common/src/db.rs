@@ -17,7 +17,7 @@ mod telemetry;
 mod trust;
 
 pub use library::{LibraryFile, LibraryRow};
-pub use releases::{ClassManifestRow, ReleaseRequestRow, ReleaseRow};
+pub use releases::{ClassManifestRow, ReleaseReason, ReleaseRequestRow, ReleaseRow};
 pub use sessions::SessionOwner;
 pub use telemetry::{
     ClientSketchRow, DecodeRollupRow, PreheatRollupRow, RollupFilter, SketchRow, StoredEvent,

@@ -15,6 +15,7 @@ pub mod loader;
 pub mod manifest;
 #[cfg(feature = "services")]
 pub mod metrics;
+pub mod package;
 pub mod rollups;
 pub mod signing;
 #[cfg(feature = "services")]

@@ -1,7 +1,7 @@
-//! Stage `animation` alone (`kiln_worker::fuzzing::animation_stage`).
+//! Stage `animation` alone (`kiln_stages::fuzzing::animation_stage`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::animation_stage(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::animation_stage(data));

@@ -1,7 +1,7 @@
-//! Stage `engines`' detection and import scan (`kiln_worker::fuzzing::engine_detection`).
+//! Stage `engines`' detection and import scan (`kiln_stages::fuzzing::engine_detection`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::engine_detection(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::engine_detection(data));

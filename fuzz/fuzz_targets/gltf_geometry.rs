@@ -1,7 +1,7 @@
-//! The glTF reader and stage `geometry` (`kiln_worker::fuzzing::gltf_geometry`).
+//! The glTF reader and stage `geometry` (`kiln_stages::fuzzing::gltf_geometry`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::gltf_geometry(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::gltf_geometry(data));

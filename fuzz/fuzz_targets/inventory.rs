@@ -1,7 +1,7 @@
-//! Stage `inventory`'s reading of a `.gltf` (`kiln_worker::fuzzing::gltf_inventory`).
+//! Stage `inventory`'s reading of a `.gltf` (`kiln_stages::fuzzing::gltf_inventory`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::gltf_inventory(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::gltf_inventory(data));

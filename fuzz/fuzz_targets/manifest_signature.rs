@@ -1,7 +1,7 @@
-//! Manifests, trust documents, JWKs and signatures (`kiln_worker::fuzzing::manifest_signature`).
+//! Manifests, trust documents, JWKs and signatures (`kiln_stages::fuzzing::manifest_signature`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::manifest_signature(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::manifest_signature(data));

@@ -1,7 +1,7 @@
-//! Stage `engines`' page rewrite (`kiln_worker::fuzzing::page_rewrite`).
+//! Stage `engines`' page rewrite (`kiln_stages::fuzzing::page_rewrite`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::page_rewrite(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::page_rewrite(data));

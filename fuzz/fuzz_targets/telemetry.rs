@@ -1,7 +1,7 @@
-//! The telemetry beacon parser (`kiln_worker::fuzzing::telemetry`).
+//! The telemetry beacon parser (`kiln_stages::fuzzing::telemetry`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::telemetry(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::telemetry(data));

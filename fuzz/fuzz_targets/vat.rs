@@ -1,7 +1,7 @@
-//! Stage `vat` (`kiln_worker::fuzzing::vat_stage`).
+//! Stage `vat` (`kiln_stages::fuzzing::vat_stage`).
 //! The body is shared with the regression test, `worker/tests/fuzz_regressions.rs`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| kiln_worker::fuzzing::vat_stage(data));
+fuzz_target!(|data: &[u8]| kiln_stages::fuzzing::vat_stage(data));

@@ -18,18 +18,12 @@ use kiln_common::manifest::BuildIdentity;
 use kiln_common::metrics;
 use kiln_common::signing::ManifestSigner;
 use kiln_common::storage::{Storage, StorageError};
-use serde::{Deserialize, Serialize};
+use kiln_jobs::{ProcessBuild, requeue_orphans};
 use tokio::sync::mpsc;
 
-use crate::pipeline::{self, PipelineOptions, StageObserver};
-use crate::stages::publish::{self, PublishPlan, UploadSource};
-use crate::stages::{PackageFormat, unpack};
-
-/// The queued job: only the build's id; everything else is read from the database.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProcessBuild {
-    pub build_id: String,
-}
+use kiln_stages::pipeline::{self, PipelineOptions, StageObserver};
+use kiln_stages::stages::publish::{self, PublishPlan, UploadSource};
+use kiln_stages::stages::{PackageFormat, unpack};
 
 /// What every job needs, shared by all jobs of a process.
 pub struct JobContext {
@@ -52,46 +46,6 @@ pub struct JobContext {
     pub variants: kiln_common::config::VariantsConfig,
 }
 
-/// Puts a build on the queue, then clears its `queue_pending` mark. A process stopped between
-/// the build's commit and this push leaves the mark set: [`requeue_orphans`] pushes it later.
-/// A second push of the same build is harmless (a job finds it published, or repeats it).
-pub async fn enqueue(db: &Db, build_id: &str) -> Result<(), BoxDynError> {
-    let job = ProcessBuild {
-        build_id: build_id.to_string(),
-    };
-    match &db.queue {
-        QueuePool::Sqlite(pool) => SqliteStorage::<ProcessBuild>::new(pool).push(job).await?,
-        QueuePool::Postgres(pool) => PostgresStorage::<ProcessBuild>::new(pool).push(job).await?,
-    }
-    if let Err(e) = db.mark_build_queued(build_id).await {
-        // Pushed: at worst the sweep pushes it once more.
-        tracing::warn!(build_id, error = %e, "build queued, but its mark stays set");
-    }
-    Ok(())
-}
-
-/// Builds swept per pass; the rest wait for the next one.
-const ORPHANS_PER_SWEEP: i64 = 100;
-
-/// One sweep: pushes the job of every queued build still marked `queue_pending` and untouched
-/// for `grace` (its row committed, its process stopped before the push). Each is claimed by a
-/// compare-and-set first, so of several workers sweeping at once only one pushes it. Returns
-/// how many were pushed.
-pub async fn requeue_orphans(db: &Db, grace: Duration) -> Result<usize, BoxDynError> {
-    let before =
-        kiln_common::db::timestamp(chrono::Utc::now() - chrono::Duration::from_std(grace)?);
-    let mut pushed = 0;
-    for (id, updated_at) in db.builds_missing_a_job(&before, ORPHANS_PER_SWEEP).await? {
-        if db.claim_build_missing_a_job(&id, &updated_at).await? {
-            tracing::warn!(build_id = %id, since = %updated_at, "queued build had no job; queued it again");
-            enqueue(db, &id).await?;
-            metrics::ORPHANED_BUILDS_REQUEUED.inc();
-            pushed += 1;
-        }
-    }
-    Ok(pushed)
-}
-
 /// Runs [`requeue_orphans`] every `every` until `shutdown`.
 async fn sweep_orphans(
     db: Db,
@@ -108,15 +62,6 @@ async fn sweep_orphans(
             _ = shutdown.wait_for(|s| *s) => return,
         }
     }
-}
-
-/// Creates the queue's tables (apalis' own migrations).
-pub async fn setup_queue(queue: &QueuePool) -> Result<(), BoxDynError> {
-    match queue {
-        QueuePool::Sqlite(pool) => SqliteStorage::setup(pool).await?,
-        QueuePool::Postgres(pool) => PostgresStorage::setup(pool).await?,
-    }
-    Ok(())
 }
 
 /// Runs `count` queue consumers until `shutdown` resolves; in-flight jobs finish first (or
@@ -173,11 +118,10 @@ pub async fn run_workers(
                 };
             }
             let poll = Duration::from_millis(250);
-            let queue_name = std::any::type_name::<ProcessBuild>();
             let result = match queue {
                 QueuePool::Sqlite(pool) => {
                     let config = apalis_sqlite::Config::default()
-                        .queue(queue_name)
+                        .queue(kiln_jobs::QUEUE)
                         .heartbeat_interval(heartbeat);
                     consume!(
                         SqliteStorage::<ProcessBuild>::new(&pool)
@@ -187,7 +131,7 @@ pub async fn run_workers(
                 }
                 QueuePool::Postgres(pool) => {
                     let config = apalis_postgres::Config::default()
-                        .queue(queue_name)
+                        .queue(kiln_jobs::QUEUE)
                         .heartbeat_interval(heartbeat);
                     consume!(
                         PostgresStorage::<ProcessBuild>::new(&pool)
@@ -585,4 +529,14 @@ async fn write_stage_events(
 /// Unpack errors are the package's fault; the CLI shows them the same way as the API.
 pub fn is_package_error(error: &unpack::UnpackError) -> bool {
     error.is_permanent()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The stages a build's status lists (written by the API at upload, from `kiln-jobs`) are
+    /// the pipeline's, in its order.
+    #[test]
+    fn the_queue_lists_the_pipelines_stages() {
+        assert_eq!(kiln_jobs::STAGES, kiln_stages::pipeline::STAGES);
+    }
 }

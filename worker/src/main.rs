@@ -1,6 +1,6 @@
 //! `kiln-worker`: consume build jobs from the queue, or process one package locally.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -9,10 +9,10 @@ use kiln_common::db::Db;
 use kiln_common::manifest::BuildIdentity;
 use kiln_common::signing::ManifestSigner;
 use kiln_common::storage::Storage;
+use kiln_stages::pipeline::{self, StageObserver};
+use kiln_stages::stages::{PackageFormat, read_head};
 use kiln_worker::job;
-use kiln_worker::pipeline::{self, StageObserver};
 use kiln_worker::runtime;
-use kiln_worker::stages::{PackageFormat, read_head};
 use sha2::Digest;
 
 #[derive(Parser)]
@@ -162,7 +162,7 @@ fn main() -> std::process::ExitCode {
         json,
     }) = &cli.command
     {
-        let metric = kiln_worker::animation::MetricOptions {
+        let metric = kiln_stages::animation::MetricOptions {
             shell: *shell,
             rate_multiplier: *rate_multiplier,
         };
@@ -188,7 +188,7 @@ fn main() -> std::process::ExitCode {
         json,
     }) = &cli.command
     {
-        let settings = kiln_worker::stages::vat::VatSettings {
+        let settings = kiln_stages::stages::vat::VatSettings {
             encoding: encoding.clone(),
             mode: mode.clone(),
             frame_rate: *frame_rate,
@@ -243,7 +243,7 @@ async fn keys_command(
     command: KeysCommand,
 ) -> anyhow::Result<std::process::ExitCode> {
     use kiln_worker::keys;
-    let db = runtime::open_database(&config, kiln_common::config::MIN_DB_CONNECTIONS).await?;
+    let db = kiln_jobs::open_database(&config, kiln_common::config::MIN_DB_CONNECTIONS).await?;
     let doc = match command {
         KeysCommand::Init => keys::init(&config, &db).await?,
         KeysCommand::Rotate => {
@@ -327,7 +327,7 @@ async fn resign_live(config: &Config, db: Db, kid: &str) -> anyhow::Result<()> {
 
 async fn consume(config: Config) -> anyhow::Result<std::process::ExitCode> {
     kiln_common::metrics::init();
-    let db = runtime::open_database(&config, kiln_common::config::WORKER_DB_CONNECTIONS).await?;
+    let db = kiln_jobs::open_database(&config, kiln_common::config::WORKER_DB_CONNECTIONS).await?;
     let storage = Storage::from_config(&config.storage, &config.data_dir).await?;
     tracing::info!(storage = ?storage, "kiln-worker starting");
     let context = runtime::job_context(&config, db, storage).await?;
@@ -336,7 +336,7 @@ async fn consume(config: Config) -> anyhow::Result<std::process::ExitCode> {
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        runtime::shutdown_signal().await;
+        kiln_jobs::shutdown_signal().await;
         let _ = stop.send(true);
     });
     job::run_workers(
@@ -512,11 +512,11 @@ fn anim_error(
     compressed: &std::path::Path,
     tolerance: f64,
     tolerance_abs: Option<f64>,
-    options: kiln_worker::animation::MetricOptions,
+    options: kiln_stages::animation::MetricOptions,
     json: bool,
 ) -> std::process::ExitCode {
-    use kiln_worker::animation::metric::compare;
-    use kiln_worker::gltf::read_path;
+    use kiln_stages::animation::metric::compare;
+    use kiln_stages::gltf::read_path;
     let read = |p: &std::path::Path| read_path(p).map_err(|e| format!("{}: {e}", p.display()));
     let result = read(source).and_then(|s| {
         let c = read(compressed)?;
@@ -577,10 +577,10 @@ fn vat_command(
     config: &Config,
     model: &std::path::Path,
     out: &std::path::Path,
-    settings: &kiln_worker::stages::vat::VatSettings,
+    settings: &kiln_stages::stages::vat::VatSettings,
     json: bool,
 ) -> std::process::ExitCode {
-    use kiln_worker::stages::vat;
+    use kiln_stages::stages::vat;
     let fail = |why: String| {
         eprintln!("kiln-worker vat: {}: {why}", model.display());
         std::process::ExitCode::from(2)
@@ -593,7 +593,7 @@ fn vat_command(
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    let asset = match kiln_worker::gltf::read_path(model) {
+    let asset = match kiln_stages::gltf::read_path(model) {
         Ok(a) => a,
         Err(e) => return fail(e.to_string()),
     };
@@ -615,6 +615,34 @@ fn vat_command(
         if let Err(e) = written {
             return fail(format!("writing {}: {e}", dir.display()));
         }
+    }
+    // Textures the model references by URI are referenced, not copied: from beside the model
+    // (OUT = MODEL.vat, as the pipeline writes it) they resolve.
+    let model_dir = model.parent().unwrap_or(Path::new("."));
+    let images_reached = out
+        .join(bake.meshes.first().map_or("", |m| m.folder.as_str()))
+        .join(vat::MESH_TO_MODEL)
+        .canonicalize()
+        .ok()
+        .zip(model_dir.canonicalize().ok())
+        .is_some_and(|(a, b)| a == b);
+    let external_images = asset
+        .array("images")
+        .iter()
+        .filter(|i| {
+            i.get("uri")
+                .and_then(|u| u.as_str())
+                .is_some_and(|u| !u.starts_with("data:"))
+        })
+        .count();
+    if external_images > 0 && !images_reached {
+        eprintln!(
+            "warning: the model references {external_images} image(s) by URI; each mesh.glb \
+             reaches them as {}<uri>, which resolves when --out is a folder beside the model \
+             (e.g. {}.vat)",
+            vat::MESH_TO_MODEL,
+            model.with_extension("").display()
+        );
     }
     if json {
         println!(

@@ -35,7 +35,7 @@ use kiln_common::storage::StorageError;
 use kiln_common::{devices, rollups, variants};
 
 use crate::job::JobContext;
-use crate::stages::sign;
+use kiln_stages::stages::sign;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
@@ -47,23 +47,7 @@ pub enum ReleaseError {
     Refused(String),
 }
 
-/// Why a release was made, as stored and reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    Publish,
-    Release,
-    Resign,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Publish => "publish",
-            Self::Release => "release",
-            Self::Resign => "resign",
-        }
-    }
-}
+pub use kiln_common::db::ReleaseReason as Reason;
 
 /// What a writer found when it read the live release, for [`decide`].
 #[derive(Debug, Clone, Copy)]

@@ -9,11 +9,11 @@ use kiln_common::signing::{KeyOrigin, ManifestSigner};
 use kiln_common::storage::Storage;
 
 use crate::job::JobContext;
-use crate::pipeline::PipelineOptions;
-use crate::stages::animation::{AnimationOptions, Tolerance};
-use crate::stages::engines::{EngineOptions, EngineRules};
-use crate::stages::geometry::GeometryOptions;
-use crate::stages::vat::{VatSelection, VatSettings};
+use kiln_stages::pipeline::PipelineOptions;
+use kiln_stages::stages::animation::{AnimationOptions, Tolerance};
+use kiln_stages::stages::engines::{EngineOptions, EngineRules};
+use kiln_stages::stages::geometry::GeometryOptions;
+use kiln_stages::stages::vat::{VatSelection, VatSettings};
 
 /// The pipeline options a configuration implies.
 pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
@@ -133,54 +133,6 @@ pub fn load_beacon_secret(config: &Config) -> anyhow::Result<kiln_common::teleme
     Ok(secret)
 }
 
-/// Opens the database with this process's connection budget (`KILN_DB_MAX_CONNECTIONS`, else
-/// `default`), and migrates it (Kiln's tables and the job queue's) unless `migrate_on_start`
-/// is off.
-pub async fn open_database(config: &Config, default: u32) -> anyhow::Result<Db> {
-    let db = Db::connect_with(
-        &config.database_url(),
-        config.db_connections(default),
-        config.migrate_on_start,
-    )
-    .await?;
-    if config.migrate_on_start {
-        setup_queue(&db).await?;
-    } else {
-        let pending = db.pending_migrations().await?;
-        if !pending.is_empty() {
-            anyhow::bail!(
-                "the database lacks {} migration(s) this version needs ({}); run `kiln-api \
-                 migrate` first (KILN_MIGRATE_ON_START=false)",
-                pending.len(),
-                pending.join(", ")
-            );
-        }
-    }
-    Ok(db)
-}
-
-/// The job queue's tables (apalis's own migrations).
-async fn setup_queue(db: &Db) -> anyhow::Result<()> {
-    crate::job::setup_queue(&db.queue)
-        .await
-        .map_err(|e| anyhow::anyhow!("queue setup: {e}"))
-}
-
-/// `kiln-api migrate`: Kiln's migrations and the job queue's tables, then nothing else; for a
-/// deployment step with a role that may change the schema (the processes then start with
-/// `KILN_MIGRATE_ON_START=false`).
-pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    let db = Db::connect_with(
-        &config.database_url(),
-        kiln_common::config::MIN_DB_CONNECTIONS,
-        true,
-    )
-    .await?;
-    setup_queue(&db).await?;
-    db.close().await;
-    Ok(())
-}
-
 /// What jobs and the release loop need: keys, trust roots, options, a work dir. `db` comes
 /// from [`open_database`], which set up the job queue.
 pub async fn job_context(
@@ -209,22 +161,4 @@ pub async fn job_context(
         orphan_grace: Duration::from_secs(config.worker.orphan_secs),
         variants: config.variants.clone(),
     }))
-}
-
-/// Resolves when the process gets SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown requested; finishing current jobs");
 }

@@ -5,9 +5,9 @@ mod support;
 
 use std::ffi::OsStr;
 
-use kiln_worker::animation::Rig;
-use kiln_worker::animation::metric::{read_clips, sample_times};
-use kiln_worker::gltf::read_path;
+use kiln_stages::animation::Rig;
+use kiln_stages::animation::metric::{read_clips, sample_times};
+use kiln_stages::gltf::read_path;
 
 /// At most this many times per clip (spread over the whole clip, ends and keys included).
 const TIMES_PER_CLIP: usize = 40;
@@ -80,10 +80,10 @@ fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
 /// that every sample is within the tolerance; clip durations are unchanged.
 #[test]
 fn stage_output_is_within_tolerance_by_our_metric_and_by_three_js() {
-    use kiln_worker::animation::metric::{MetricOptions, compare};
-    use kiln_worker::gltf::{Asset, DirResources};
-    use kiln_worker::stages::animation::{AnimationOptions, animation_only_variants};
-    use kiln_worker::stages::geometry::MeshoptCodec;
+    use kiln_stages::animation::metric::{MetricOptions, compare};
+    use kiln_stages::gltf::{Asset, DirResources};
+    use kiln_stages::stages::animation::{AnimationOptions, animation_only_variants};
+    use kiln_stages::stages::geometry::MeshoptCodec;
     let dir = tempfile::tempdir().unwrap();
     let options = AnimationOptions::default();
     let tolerance = 5e-5;
@@ -152,9 +152,9 @@ fn stage_output_is_within_tolerance_by_our_metric_and_by_three_js() {
 /// stage moves meshes into child nodes and reorders vertices; the metric maps nodes back).
 #[test]
 fn pipeline_variants_keep_the_animation_bound() {
-    use kiln_worker::animation::metric::{MetricOptions, compare};
-    use kiln_worker::gltf::{Asset, DirResources};
-    use kiln_worker::stages::geometry::{GeometryOptions, optimize_model};
+    use kiln_stages::animation::metric::{MetricOptions, compare};
+    use kiln_stages::gltf::{Asset, DirResources};
+    use kiln_stages::stages::geometry::{GeometryOptions, optimize_model};
     for model in support::models() {
         let source = read_path(&model).unwrap();
         if source.array("animations").is_empty() {

@@ -7,7 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use kiln_worker::stages::engines::{EngineRules, rules::is_module};
+use kiln_stages::stages::engines::{EngineRules, rules::is_module};
 use serde_json::Value;
 use support::npm_installed;
 
@@ -93,8 +93,8 @@ fn module_kind_matches_the_file() {
 /// The stage on the sample game's real page and its real three.js build (npm).
 #[test]
 fn the_sample_games_page_gets_the_loader() {
-    use kiln_worker::stages::engines::{self, BootLinks, EngineOptions};
-    use kiln_worker::stages::{FileTree, TreeFile, inventory};
+    use kiln_stages::stages::engines::{self, BootLinks, EngineOptions};
+    use kiln_stages::stages::{FileTree, TreeFile, inventory};
 
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game");
     npm_installed(

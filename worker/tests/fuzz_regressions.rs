@@ -1,6 +1,6 @@
 //! Every input a fuzz target ever failed on (`fuzz/regressions/<target>/`, committed when
 //! the fuzzer finds it and the bug is fixed) runs again here through the same code the fuzz
-//! target runs (`kiln_worker::fuzzing`), so a fixed crash stays fixed without the fuzzer.
+//! target runs (`kiln_stages::fuzzing`), so a fixed crash stays fixed without the fuzzer.
 //! Each target also runs on the hand-written hostile fixtures and the real sample model, so
 //! the targets' own properties (variants read back, nothing written outside the build) are
 //! checked on every `cargo test`.
@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use kiln_worker::fuzzing;
+use kiln_stages::fuzzing;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -59,7 +59,7 @@ fn the_targets_are_the_fuzz_crates_bins() {
         let source = repo().join(format!("fuzz/fuzz_targets/{target}.rs"));
         let source = std::fs::read_to_string(&source).unwrap();
         assert!(
-            source.contains("kiln_worker::fuzzing::"),
+            source.contains("kiln_stages::fuzzing::"),
             "{target} runs its own code"
         );
     }

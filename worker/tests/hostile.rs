@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_common::config::UnpackLimits;
-use kiln_worker::gltf::{Asset, NoResources};
-use kiln_worker::stages::PackageFormat;
-use kiln_worker::stages::animation::{self, AnimationOptions};
-use kiln_worker::stages::geometry::{self, GeometryOptions, MeshoptCodec};
-use kiln_worker::stages::unpack::{self, UnpackError};
-use kiln_worker::stages::vat::{self, VatOptions};
+use kiln_stages::gltf::{Asset, NoResources};
+use kiln_stages::stages::PackageFormat;
+use kiln_stages::stages::animation::{self, AnimationOptions};
+use kiln_stages::stages::geometry::{self, GeometryOptions, MeshoptCodec};
+use kiln_stages::stages::unpack::{self, UnpackError};
+use kiln_stages::stages::vat::{self, VatOptions};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile")
@@ -186,14 +186,14 @@ fn a_hostile_model_fails_that_file_and_the_build_is_published() {
 
 /// A GLB container around `json` (its buffer stays a data URI).
 fn glb_of(json: &serde_json::Value) -> Vec<u8> {
-    kiln_worker::gltf::write_glb(json, None)
+    kiln_stages::gltf::write_glb(json, None)
 }
 
 /// A panic inside one model's work (a bug Kiln has not found yet) is caught: that file gets
 /// "internal error reading this model: …", the other models are optimised.
 #[test]
 fn a_panic_in_one_model_is_that_files_error() {
-    let outcome = kiln_worker::gltf::guard_model(|| -> Result<(), String> {
+    let outcome = kiln_stages::gltf::guard_model(|| -> Result<(), String> {
         let list: Vec<u32> = Vec::new();
         let _ = list[3];
         Ok(())
@@ -326,7 +326,7 @@ mod support;
 #[test]
 fn every_corpus_model_passes_the_shape_checks() {
     for path in support::models() {
-        if let Err(e) = kiln_worker::gltf::read_path(&path) {
+        if let Err(e) = kiln_stages::gltf::read_path(&path) {
             panic!("{}: {e}", path.display());
         }
     }

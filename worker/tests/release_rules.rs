@@ -23,9 +23,7 @@ async fn setup() -> Setup {
         ..Config::default()
     };
     // As a process opens it: migrated, the job queue set up.
-    let db = kiln_worker::runtime::open_database(&config, 4)
-        .await
-        .unwrap();
+    let db = kiln_jobs::open_database(&config, 4).await.unwrap();
     let storage = Storage::from_config(&config.storage, &config.data_dir)
         .await
         .unwrap();

@@ -240,7 +240,7 @@ pub async fn retry(
         let now = state.db.build(&id).await?.map(|b| b.status);
         return Err(not_failed(now.as_deref().unwrap_or("gone")));
     }
-    if let Err(e) = kiln_worker::job::enqueue(&state.db, &id).await {
+    if let Err(e) = kiln_jobs::enqueue(&state.db, &id).await {
         let reason = format!("could not queue the build: {e}");
         let _ = state
             .db

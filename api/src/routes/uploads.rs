@@ -13,9 +13,9 @@ use futures::StreamExt;
 use kiln_common::db::{Inserted, NewBuild};
 use kiln_common::keys;
 use kiln_common::metrics;
+use kiln_common::package::PackageFormat;
 use kiln_common::storage::StorageError;
-use kiln_worker::pipeline::STAGES;
-use kiln_worker::stages::PackageFormat;
+use kiln_jobs::STAGES;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -333,7 +333,7 @@ async fn receive(
             return Err(e.into());
         }
     };
-    if let Err(e) = kiln_worker::job::enqueue(&state.db, &build.id).await {
+    if let Err(e) = kiln_jobs::enqueue(&state.db, &build.id).await {
         let reason = format!("could not queue the build: {e}");
         let _ = state
             .db

@@ -374,25 +374,9 @@ pub fn sample_package() -> Vec<u8> {
     kiln_api::demo::package_dir(&dir).expect("package sample game")
 }
 
-/// Runs `npm <command>` (`install` or `ci`) once in `dir` unless `marker` (a file the install
-/// makes, relative to `dir`) is there.
-pub fn npm_installed(dir: &Path, marker: &str, command: &str) {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap();
-    if dir.join(marker).exists() {
-        return;
-    }
-    let status = std::process::Command::new("npm")
-        .args([command, "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(dir)
-        .status()
-        .expect("npm is needed to install the tests' packages");
-    assert!(
-        status.success(),
-        "npm {command} failed in {}",
-        dir.display()
-    );
-}
+#[path = "../../../worker/tests/support/npm.rs"]
+mod npm;
+pub use npm::npm_installed;
 
 /// A zip built entry by entry, including entries no honest tool would write.
 pub fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {

@@ -1071,7 +1071,7 @@ pub async fn queued_build_without_a_job_is_queued_again(deployment: Deployment) 
                     package_size: package.len() as i64,
                     idempotency_key: key,
                 },
-                kiln_worker::pipeline::STAGES,
+                kiln_jobs::STAGES,
             )
             .await
             .unwrap();

@@ -8,6 +8,27 @@ use sqlx::Row;
 
 use super::{Db, DbError, now, timestamp};
 
+/// Why a release was made, as stored and reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReason {
+    Publish,
+    Release,
+    Resign,
+}
+
+impl ReleaseReason {
+    /// Every reason, for the API's documentation.
+    pub const ALL: [Self; 3] = [Self::Publish, Self::Release, Self::Resign];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Publish => "publish",
+            Self::Release => "release",
+            Self::Resign => "resign",
+        }
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct ReleaseRow {
     pub game: String,

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use kiln_worker::animation::metric::{MetricOptions, compare};
-use kiln_worker::gltf::{Asset, DirResources, Resources, split_glb};
-use kiln_worker::stages::animation::{AnimationOptions, Tolerance, animation_only_variants};
-use kiln_worker::stages::geometry::MeshoptCodec;
+use kiln_stages::animation::metric::{MetricOptions, compare};
+use kiln_stages::gltf::{Asset, DirResources, Resources, split_glb};
+use kiln_stages::stages::animation::{AnimationOptions, Tolerance, animation_only_variants};
+use kiln_stages::stages::geometry::MeshoptCodec;
 use serde_json::Value;
 
 use super::{gltf_check_dir, gltfpack, models};

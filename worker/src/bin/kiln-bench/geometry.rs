@@ -5,16 +5,16 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use kiln_worker::gltf::{Asset, DirResources as Dir, Resources};
+use kiln_stages::gltf::{Asset, DirResources as Dir, Resources};
 
 use super::{gltfpack, models};
-use kiln_worker::stages::geometry::{GeometryOptions, MeshoptCodec, optimize_model};
+use kiln_stages::stages::geometry::{GeometryOptions, MeshoptCodec, optimize_model};
 
 /// The GLB with the bytes of some views zeroed (embedded images; with `animations`, also
 /// animation data), so compressed sizes compare what the stage under test produces: textures
 /// are one tool's embed and the other's reference, animations are issue 4's stage.
 fn zeroed(glb: &[u8], animations: bool) -> Vec<u8> {
-    let Ok((json, Some(mut bin))) = kiln_worker::gltf::split_glb(glb) else {
+    let Ok((json, Some(mut bin))) = kiln_stages::gltf::split_glb(glb) else {
         return glb.to_vec();
     };
     let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&json) else {
@@ -53,7 +53,7 @@ fn zeroed(glb: &[u8], animations: bool) -> Vec<u8> {
         let end = (start + stored["byteLength"].as_u64().unwrap_or(0) as usize).min(bin.len());
         bin[start.min(end)..end].fill(0);
     }
-    kiln_worker::gltf::write_glb(&doc, Some(&bin))
+    kiln_stages::gltf::write_glb(&doc, Some(&bin))
 }
 
 /// Max position error (relative to the bbox diagonal) of `output` against `source`, measured

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use kiln_worker::gltf::{self, Asset};
-use kiln_worker::stages::vat::{self, EncodingChoice, VatEncoding, VatOptions};
+use kiln_stages::gltf::{self, Asset};
+use kiln_stages::stages::vat::{self, EncodingChoice, VatEncoding, VatOptions};
 
 const TARGET_VERTEX_FRAMES_PER_SECOND: f64 = 50e6;
 
@@ -215,11 +215,11 @@ pub fn run(args: &[String]) {
 
 /// Where evaluation time goes (KILN_BENCH_PROFILE=1): posing, deforming, storing.
 pub fn profile(
-    rig: &kiln_worker::animation::Rig,
-    clips: &[kiln_worker::animation::Clip],
+    rig: &kiln_stages::animation::Rig,
+    clips: &[kiln_stages::animation::Clip],
     node: usize,
 ) {
-    use kiln_worker::animation::Deformer;
+    use kiln_stages::animation::Deformer;
     let deformer = Deformer::new(rig, node);
     let mut pose = rig.rest_pose();
     let v = deformer.vertices;

@@ -17,12 +17,11 @@ use glam::DVec3;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::inventory::{FileKind, Inventory};
-use super::{FileTree, TreeFile, TreeResources};
 use crate::animation::deform::unit;
 use crate::animation::metric::read_clips;
 use crate::animation::{Clip, Deformer, Path, Rig};
 use crate::gltf::{Asset, GltfError, accessors};
+use crate::ir::{FileKind, FileTree, Inventory, TreeFile, TreeResources, VatBaked};
 
 pub mod reader;
 pub mod shaders;
@@ -904,6 +903,10 @@ pub fn distance(a: &[f32; 3], b: &[f32; 3]) -> f64 {
     (d(0) + d(1) + d(2)).sqrt()
 }
 
+/// From a baked mesh's folder (`<model>.vat/<mesh>/`) back to its model's folder: how the
+/// mesh's `mesh.glb` reaches the textures the model references by URI.
+pub const MESH_TO_MODEL: &str = "../../";
+
 /// The mesh node as a static mesh in its rest pose (model space), with `TEXCOORD_1`
 /// addressing each vertex's texel; materials and their textures kept.
 fn mesh_glb(
@@ -929,6 +932,13 @@ fn mesh_glb(
         let mut copied = Vec::new();
         for image in images {
             let mut image = image.clone();
+            // An image the model references by URI stays where it is: the mesh is written two
+            // folders down, `<model>.vat/<mesh>/mesh.glb`, so the reference climbs back up.
+            if let Some(uri) = image.get("uri").and_then(Value::as_str)
+                && !uri.starts_with("data:")
+            {
+                image["uri"] = json!(format!("{MESH_TO_MODEL}{uri}"));
+            }
             if let Some(view) = image.get("bufferView").and_then(Value::as_u64) {
                 let data = asset.views.get(view as usize).cloned().unwrap_or_default();
                 image["bufferView"] = json!(accessors::push_view(&mut out, data, None, None));
@@ -1033,16 +1043,15 @@ fn mesh_glb(
                 ]
             })
             .collect();
-        attributes.insert(
-            "TEXCOORD_1".into(),
-            json!(accessors::push_floats(
-                &mut out,
-                &texel,
-                2,
-                Some(accessors::ARRAY_BUFFER),
-                false
-            )),
-        );
+        let texel =
+            accessors::push_floats(&mut out, &texel, 2, Some(accessors::ARRAY_BUFFER), false);
+        attributes.insert("TEXCOORD_1".into(), json!(texel));
+        // glTF numbers a semantic's sets from 0 without gaps (the validator's
+        // MESH_PRIMITIVE_INDEXED_SEMANTIC_CONTINUITY): a mesh without UVs of its own gets the
+        // texel coordinates as set 0 too, the same accessor, no bytes added.
+        attributes
+            .entry("TEXCOORD_0")
+            .or_insert_with(|| json!(texel));
         let mut prim = json!({"attributes": attributes});
         let mode = primitive.get("mode").and_then(Value::as_u64).unwrap_or(4);
         if mode != 4 {
@@ -1121,14 +1130,14 @@ pub struct VatReport {
 
 impl VatReport {
     /// Every baked mesh, for the manifest.
-    pub fn baked(&self) -> Vec<super::sign::VatBaked> {
+    pub fn baked(&self) -> Vec<VatBaked> {
         let mut out = Vec::new();
         for model in &self.models {
             let Some(report) = &model.report else {
                 continue;
             };
             for (path, mesh) in model.baked.iter().zip(&report.meshes) {
-                out.push(super::sign::VatBaked {
+                out.push(VatBaked {
                     source: model.source.clone(),
                     mesh: mesh.folder.clone(),
                     path: path.clone(),

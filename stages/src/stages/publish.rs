@@ -9,9 +9,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::encode::OutputFile;
-use super::engines::EngineFile;
-use super::sign::SignedManifest;
+use crate::ir::{EngineFile, OutputFile, SignedManifest};
 
 pub const NAME: &str = "publish";
 

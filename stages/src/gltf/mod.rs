@@ -8,7 +8,9 @@
 //! allocation.
 
 pub mod accessors;
+pub mod cleanup;
 pub mod meshopt_codec;
+pub mod meshopt_write;
 
 use base64::Engine;
 use serde_json::{Value, json};

@@ -12,7 +12,7 @@ use std::path::Path;
 use kiln_common::config::UnpackLimits;
 use serde::Serialize;
 
-use super::{FileTree, PackageFormat, TreeFile};
+use crate::ir::{FileTree, PackageFormat, TreeFile};
 
 pub const NAME: &str = "unpack";
 

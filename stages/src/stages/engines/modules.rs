@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use crate::stages::inventory::resolve_uri;
+use crate::ir::resolve_uri;
 
 /// At most this many modules are followed per page.
 pub const MAX_MODULES: usize = 128;

@@ -308,10 +308,11 @@ pub fn prepare(
             .map_err(failed)?;
         let mut serving = serving(&engines_report, variant, &page_base(options, identity));
         serving.csp = csp;
+        let model_paths: Vec<_> = models.iter().map(ModelVariants::paths).collect();
         Ok(sign::run(
             identity,
             &outputs,
-            &models,
+            &model_paths,
             &vat_baked,
             &engines_report.engines,
             &serving,

@@ -31,8 +31,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::modules;
-use crate::stages::geometry::variant_path;
-use crate::stages::inventory::resolve_uri;
+use crate::ir::{resolve_uri, variant_path};
 
 /// Where the loader and the game's live manifest are, and the keys manifests verify with.
 #[derive(Debug, Clone, Serialize)]

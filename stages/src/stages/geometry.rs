@@ -25,33 +25,19 @@ use crate::gltf::accessors::{
     self, ARRAY_BUFFER, BYTE, ELEMENT_ARRAY_BUFFER, FLOAT, Layout, SHORT, UNSIGNED_BYTE,
     UNSIGNED_INT, UNSIGNED_SHORT, min_max, pack_floats, push_accessor, push_view,
 };
+use crate::gltf::cleanup::{add_extension, collect_garbage};
 use crate::gltf::meshopt_codec::ViewCodec;
+pub use crate::gltf::meshopt_write::MeshoptCodec;
+use crate::gltf::meshopt_write::{DEFAULT_VERTEX_LEVEL, write_meshopt};
 use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
 use super::animation::{AnimationOptions, AnimationReport, compress_animations};
-use super::inventory::{FileKind, Inventory, InventoryEntry};
-use super::{FileTree, TreeFile, TreeResources};
+pub use crate::ir::variant_path;
+use crate::ir::{
+    FileKind, FileTree, Inventory, InventoryEntry, ModelPaths, TreeFile, TreeResources,
+};
 
 pub const NAME: &str = "geometry";
-
-/// Which meshopt extension the `meshopt` variant uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MeshoptCodec {
-    /// `EXT_meshopt_compression`: vertex codec v0; the widest loader support.
-    Ext,
-    /// `KHR_meshopt_compression`: vertex codec v1 and the color filter; smaller.
-    Khr,
-}
-
-impl MeshoptCodec {
-    pub fn extension(self) -> &'static str {
-        match self {
-            Self::Ext => "EXT_meshopt_compression",
-            Self::Khr => "KHR_meshopt_compression",
-        }
-    }
-}
 
 /// Bits per attribute and codec settings. `Default` holds seed 000's values.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -82,7 +68,7 @@ impl Default for GeometryOptions {
             color_bits: 8,
             morph_bits: 8,
             codec: MeshoptCodec::Ext,
-            vertex_level: 2,
+            vertex_level: DEFAULT_VERTEX_LEVEL,
             sparse_morph_targets: true,
             animation: Some(AnimationOptions::default()),
         }
@@ -272,7 +258,7 @@ pub fn optimize_model(
     }
     let codecs = collect_garbage(&mut asset, codecs);
     let quantized = asset.to_glb();
-    let meshopt = write_meshopt(&asset, &codecs, &options);
+    let meshopt = write_meshopt(&asset, &codecs, options.codec, options.vertex_level);
     report.quantized_bytes = quantized.len() as u64;
     report.meshopt_bytes = meshopt.len() as u64;
     Ok(OptimizedModel {
@@ -1728,361 +1714,6 @@ fn mat4_mul(a: &[f32], b: &[f32; 16]) -> [f32; 16] {
     out
 }
 
-fn add_extension(json: &mut Value, name: &str, required: bool) {
-    for list in ["extensionsUsed", "extensionsRequired"] {
-        if list == "extensionsRequired" && !required {
-            continue;
-        }
-        let Some(object) = json.as_object_mut() else {
-            return;
-        };
-        let entry = object.entry(list).or_insert_with(|| json!([]));
-        if !entry.is_array() {
-            // The reader refuses such files; a list that is not one is replaced, not indexed.
-            *entry = json!([]);
-        }
-        if let Some(array) = entry.as_array_mut()
-            && !array.iter().any(|e| e == name)
-        {
-            array.push(json!(name));
-        }
-    }
-}
-
-fn remove_extension(json: &mut Value, name: &str) {
-    for list in ["extensionsUsed", "extensionsRequired"] {
-        if let Some(array) = json.get_mut(list).and_then(Value::as_array_mut) {
-            array.retain(|e| e != name);
-            if array.is_empty()
-                && let Some(object) = json.as_object_mut()
-            {
-                object.remove(list);
-            }
-        }
-    }
-}
-
-/// Drops accessors and views nothing refers to any more (the source's geometry), renumbering
-/// every reference. Returns the codec table under the new view numbers.
-pub(crate) fn collect_garbage(
-    asset: &mut Asset,
-    codecs: HashMap<usize, ViewCodec>,
-) -> HashMap<usize, ViewCodec> {
-    let json = &mut asset.json;
-    // Input meshopt extensions are decoded away: views are plain now.
-    remove_extension(json, "EXT_meshopt_compression");
-    remove_extension(json, "KHR_meshopt_compression");
-    if let Some(buffers) = json.get_mut("buffers").and_then(Value::as_array_mut) {
-        for b in buffers {
-            if let Some(ext) = b.get_mut("extensions").and_then(Value::as_object_mut) {
-                ext.remove("EXT_meshopt_compression");
-                ext.remove("KHR_meshopt_compression");
-            }
-        }
-    }
-    let mut used_accessors = BTreeSet::new();
-    visit_accessor_refs(json, &mut |v| {
-        if let Some(i) = v.as_u64() {
-            used_accessors.insert(i as usize);
-        }
-    });
-    let accessor_map: HashMap<usize, usize> = used_accessors
-        .iter()
-        .enumerate()
-        .map(|(new, &old)| (old, new))
-        .collect();
-    let old_accessors = json
-        .get("accessors")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let accessors: Vec<Value> = used_accessors
-        .iter()
-        .map(|&i| old_accessors[i].clone())
-        .collect();
-
-    let mut used_views = BTreeSet::new();
-    for a in &accessors {
-        for pointer in [
-            "/bufferView",
-            "/sparse/indices/bufferView",
-            "/sparse/values/bufferView",
-        ] {
-            if let Some(v) = a.pointer(pointer).and_then(Value::as_u64) {
-                used_views.insert(v as usize);
-            }
-        }
-    }
-    for image in json
-        .get("images")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(v) = image["bufferView"].as_u64() {
-            used_views.insert(v as usize);
-        }
-    }
-    let view_map: HashMap<usize, usize> = used_views
-        .iter()
-        .enumerate()
-        .map(|(new, &old)| (old, new))
-        .collect();
-    visit_accessor_refs(json, &mut |v| {
-        if let Some(i) = v.as_u64() {
-            *v = json!(accessor_map[&(i as usize)]);
-        }
-    });
-    let mut accessors = accessors;
-    for a in &mut accessors {
-        for pointer in [
-            "/bufferView",
-            "/sparse/indices/bufferView",
-            "/sparse/values/bufferView",
-        ] {
-            if let Some(v) = a.pointer_mut(pointer)
-                && let Some(i) = v.as_u64()
-            {
-                *v = json!(view_map[&(i as usize)]);
-            }
-        }
-    }
-    for image in json
-        .get_mut("images")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(i) = image["bufferView"].as_u64() {
-            image["bufferView"] = json!(view_map[&(i as usize)]);
-        }
-    }
-    let old_views = json
-        .get("bufferViews")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let views_json: Vec<Value> = used_views.iter().map(|&i| old_views[i].clone()).collect();
-    let views_data: Vec<Vec<u8>> = used_views
-        .iter()
-        .map(|&i| std::mem::take(&mut asset.views[i]))
-        .collect();
-    set_array(json, "accessors", accessors);
-    set_array(json, "bufferViews", views_json);
-    asset.views = views_data;
-    codecs
-        .into_iter()
-        .filter_map(|(old, codec)| view_map.get(&old).map(|&new| (new, codec)))
-        .collect()
-}
-
-/// Calls `f` on every place that names an accessor: primitive attributes, indices and morph
-/// targets, inverse bind matrices, animation sampler inputs and outputs.
-fn visit_accessor_refs(json: &mut Value, f: &mut dyn FnMut(&mut Value)) {
-    for mesh in items_mut(json, "meshes") {
-        for p in items_mut(mesh, "primitives") {
-            if let Some(attributes) = p.get_mut("attributes").and_then(Value::as_object_mut) {
-                attributes.values_mut().for_each(&mut *f);
-            }
-            if let Some(indices) = p.get_mut("indices") {
-                f(indices);
-            }
-            for t in items_mut(p, "targets") {
-                t.as_object_mut()
-                    .into_iter()
-                    .flat_map(|o| o.values_mut())
-                    .for_each(&mut *f);
-            }
-        }
-    }
-    for skin in items_mut(json, "skins") {
-        if let Some(ibm) = skin.get_mut("inverseBindMatrices") {
-            f(ibm);
-        }
-    }
-    for animation in items_mut(json, "animations") {
-        for sampler in items_mut(animation, "samplers") {
-            for key in ["input", "output"] {
-                if let Some(v) = sampler.get_mut(key) {
-                    f(v);
-                }
-            }
-        }
-    }
-}
-
-/// The elements of the array at `object[key]` (none if it is missing or not an array).
-fn items_mut<'a>(object: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
-    object
-        .get_mut(key)
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-}
-
-fn set_array(json: &mut Value, name: &str, items: Vec<Value>) {
-    let object = json.as_object_mut().expect("object");
-    if items.is_empty() {
-        object.remove(name);
-    } else {
-        object.insert(name.into(), Value::Array(items));
-    }
-}
-
-/// The `meshopt` variant: geometry views compressed, everything else as in `quantized`.
-pub(crate) fn write_meshopt(
-    asset: &Asset,
-    codecs: &HashMap<usize, ViewCodec>,
-    options: &GeometryOptions,
-) -> Vec<u8> {
-    let extension = options.codec.extension();
-    let version = match options.codec {
-        MeshoptCodec::Ext => 0,
-        MeshoptCodec::Khr => 1,
-    };
-    let mut json = asset.json.clone();
-    let mut bin: Vec<u8> = Vec::new();
-    let mut fallback_len = 0usize;
-    let mut views = Vec::with_capacity(asset.views.len());
-    let mut any = false;
-    for (i, data) in asset.views.iter().enumerate() {
-        let mut view = json["bufferViews"][i].clone();
-        let object = view.as_object_mut().expect("object");
-        object.remove("extensions");
-        let codec = codecs.get(&i);
-        let stride = object
-            .get("byteStride")
-            .and_then(Value::as_u64)
-            .map(|s| s as usize)
-            .or(codec.and_then(|c| c.stride));
-        let compressed = codec.and_then(|codec| {
-            let count_of = |s: usize| data.len() / s;
-            match codec.mode {
-                "ATTRIBUTES" => {
-                    let stride = stride?;
-                    if data.is_empty() || stride % 4 != 0 || stride > 256 {
-                        return None;
-                    }
-                    let input = codec.filtered.as_deref().unwrap_or(data);
-                    let filter = codec.filter;
-                    Some((
-                        meshopt_codec::encode_attributes(
-                            input,
-                            stride,
-                            options.vertex_level,
-                            version,
-                        ),
-                        stride,
-                        count_of(stride),
-                        filter,
-                    ))
-                }
-                "TRIANGLES" | "INDICES" => {
-                    let index_size = if json_component_size(&json, i) == 4 {
-                        4
-                    } else {
-                        2
-                    };
-                    let indices: Vec<u32> = data
-                        .chunks(index_size)
-                        .map(|c| {
-                            if index_size == 2 {
-                                u16::from_le_bytes([c[0], c[1]]) as u32
-                            } else {
-                                u32::from_le_bytes([c[0], c[1], c[2], c[3]])
-                            }
-                        })
-                        .collect();
-                    let vertex_count = indices.iter().max().map_or(0, |m| *m as usize + 1);
-                    let encoded = if codec.mode == "TRIANGLES" && indices.len().is_multiple_of(3) {
-                        meshopt_codec::encode_triangles(&indices, vertex_count)
-                    } else {
-                        meshopt_codec::encode_index_sequence(&indices, vertex_count)
-                    };
-                    let mode = if codec.mode == "TRIANGLES" && indices.len().is_multiple_of(3) {
-                        "TRIANGLES"
-                    } else {
-                        "INDICES"
-                    };
-                    Some((
-                        encoded,
-                        index_size,
-                        indices.len(),
-                        if mode == "TRIANGLES" {
-                            "TRIANGLES"
-                        } else {
-                            "INDICES"
-                        },
-                    ))
-                }
-                _ => None,
-            }
-        });
-        while !bin.len().is_multiple_of(4) {
-            bin.push(0);
-        }
-        match compressed {
-            Some((encoded, stride, count, filter_or_mode)) => {
-                any = true;
-                let (mode, filter) = match codec.map(|c| c.mode) {
-                    Some("ATTRIBUTES") => ("ATTRIBUTES", filter_or_mode),
-                    _ => (filter_or_mode, "NONE"),
-                };
-                fallback_len = fallback_len.next_multiple_of(4);
-                object.insert("buffer".into(), json!(1));
-                object.insert("byteOffset".into(), json!(fallback_len));
-                object.insert("byteLength".into(), json!(data.len()));
-                let mut ext = json!({
-                    "buffer": 0, "byteOffset": bin.len(), "byteLength": encoded.len(),
-                    "byteStride": stride, "count": count, "mode": mode,
-                });
-                if filter != "NONE" {
-                    ext["filter"] = json!(filter);
-                }
-                object.insert("extensions".into(), json!({ extension: ext }));
-                fallback_len += data.len();
-                bin.extend_from_slice(&encoded);
-            }
-            None => {
-                object.insert("buffer".into(), json!(0));
-                object.insert("byteOffset".into(), json!(bin.len()));
-                object.insert("byteLength".into(), json!(data.len()));
-                bin.extend_from_slice(data);
-            }
-        }
-        views.push(view);
-    }
-    while !bin.len().is_multiple_of(4) {
-        bin.push(0);
-    }
-    if !views.is_empty() {
-        json["bufferViews"] = Value::Array(views);
-    }
-    let mut buffers = vec![json!({ "byteLength": bin.len() })];
-    if any {
-        buffers.push(json!({ "byteLength": fallback_len.next_multiple_of(4), "extensions": { extension: { "fallback": true } } }));
-        add_extension(&mut json, extension, true);
-    }
-    if bin.is_empty() && !any {
-        json.as_object_mut().unwrap().remove("buffers");
-        return crate::gltf::write_glb(&json, None);
-    }
-    json["buffers"] = Value::Array(buffers);
-    crate::gltf::write_glb(&json, Some(&bin))
-}
-
-/// Component size of the (index) accessor that uses view `view`.
-fn json_component_size(json: &Value, view: usize) -> usize {
-    json.get("accessors")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|a| a["bufferView"].as_u64() == Some(view as u64))
-        .and_then(|a| a["componentType"].as_u64())
-        .and_then(accessors::component_size)
-        .unwrap_or(2)
-}
-
 /// The variants written for one model of the build.
 /// `kiln.toml` `[models] serve = "quantized"`: the build opts into serving that variant at
 /// each `.glb` model's own path, so a game that loads its models itself gets it without a
@@ -2116,15 +1747,6 @@ pub fn served_variant(kiln_toml: Option<&str>) -> Result<Option<String>, String>
     }
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ModelVariants {
-    /// The model's own path (the `original` variant).
-    pub source: String,
-    pub quantized: String,
-    pub meshopt: String,
-    pub report: ModelReport,
-}
-
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
 pub struct GeometryReport {
     pub models: u64,
@@ -2134,6 +1756,26 @@ pub struct GeometryReport {
     pub bytes_before: u64,
     pub quantized_bytes: u64,
     pub meshopt_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelVariants {
+    /// The model's own path (the `original` variant).
+    pub source: String,
+    pub quantized: String,
+    pub meshopt: String,
+    pub report: ModelReport,
+}
+
+impl ModelVariants {
+    /// Where the variants are, for `sign`.
+    pub fn paths(&self) -> ModelPaths {
+        ModelPaths {
+            source: self.source.clone(),
+            quantized: self.quantized.clone(),
+            meshopt: self.meshopt.clone(),
+        }
+    }
 }
 
 /// What happened to each model file, for the build report.
@@ -2159,15 +1801,6 @@ impl GeometryError {
     pub fn is_permanent(&self) -> bool {
         false
     }
-}
-
-/// Variant paths beside the model: `a/b.glb` → `a/b.quantized.glb`, `a/b.meshopt.glb`.
-pub fn variant_path(source: &str, variant: &str) -> String {
-    let stem = source
-        .strip_suffix(".glb")
-        .or_else(|| source.strip_suffix(".gltf"))
-        .unwrap_or(source);
-    format!("{stem}.{variant}.glb")
 }
 
 /// Optimises every model of the tree, writing the variants beside each one.

@@ -8,14 +8,14 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kiln_common::keys::{self, Encoding};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::FileTree;
-use super::inventory::{FileKind, Inventory};
+pub use crate::ir::{EncodedForm, OutputFile};
+use crate::ir::{FileKind, FileTree, Inventory};
 
 pub const NAME: &str = "encode";
 
@@ -47,30 +47,6 @@ impl Default for EncodeOptions {
             min_saving: 0.01,
         }
     }
-}
-
-/// One published file and its compressed forms.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OutputFile {
-    pub path: String,
-    pub kind: FileKind,
-    pub sha256: String,
-    pub size: u64,
-    pub key: String,
-    pub content_type: String,
-    /// Where the identity bytes are on disk.
-    #[serde(skip)]
-    pub source: PathBuf,
-    pub encodings: Vec<EncodedForm>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EncodedForm {
-    pub encoding: Encoding,
-    pub size: u64,
-    pub key: String,
-    #[serde(skip)]
-    pub source: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -259,8 +235,7 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages::TreeFile;
-    use crate::stages::inventory::InventoryEntry;
+    use crate::ir::{InventoryEntry, TreeFile};
 
     #[test]
     fn compresses_text_keeps_images_identity_and_is_reproducible() {

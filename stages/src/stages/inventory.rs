@@ -8,52 +8,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FileTree, read_head};
+pub use crate::ir::{FileKind, Inventory, InventoryEntry, resolve_uri};
+use crate::ir::{FileTree, read_head};
 
 pub const NAME: &str = "inventory";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
-#[serde(rename_all = "kebab-case")]
-pub enum FileKind {
-    Html,
-    Js,
-    Css,
-    Wasm,
-    /// glTF JSON (`.gltf`).
-    Gltf,
-    /// Binary glTF (`.glb`).
-    Glb,
-    /// A buffer (`.bin`) referenced by a `.gltf` in the build.
-    GltfBuffer,
-    /// An image referenced by a `.gltf` in the build.
-    GltfImage,
-    Texture,
-    Audio,
-    Json,
-    Other,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InventoryEntry {
-    pub path: String,
-    pub kind: FileKind,
-    pub size: u64,
-    /// For glTF resources: the `.gltf` that references this file.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub used_by: Option<String>,
-    /// A problem with this file that later stages must respect (they skip it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Something a team should know that is not an error.
-    #[serde(skip_serializing_if = "Vec::is_empty", default)]
-    pub warnings: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Inventory {
-    /// In the tree's order (sorted by path).
-    pub entries: Vec<InventoryEntry>,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InventoryReport {
@@ -192,51 +150,10 @@ pub fn gltf_resources(bytes: &[u8]) -> Result<Vec<(String, bool)>, String> {
         .collect())
 }
 
-/// Resolves a relative URI against the referencing file's directory, inside the build only.
-pub fn resolve_uri(from: &str, uri: &str) -> Option<String> {
-    if uri.contains("://") || uri.starts_with('/') {
-        return None;
-    }
-    let decoded = percent_decode(uri.split(['?', '#']).next().unwrap_or(uri));
-    let mut parts: Vec<&str> = from.split('/').collect();
-    parts.pop();
-    for segment in decoded.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            s => parts.push(s),
-        }
-    }
-    Some(parts.join("/"))
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            let v = (hi * 16 + lo) as u8;
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages::TreeFile;
+    use crate::ir::TreeFile;
 
     fn tree(files: &[(&str, &[u8])]) -> (tempfile::TempDir, FileTree) {
         let dir = tempfile::tempdir().unwrap();

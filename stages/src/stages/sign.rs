@@ -8,26 +8,15 @@ use kiln_common::manifest::{
     BeaconToken, BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine,
     ManifestFile, ManifestModel, ManifestVat, ModelVariant, VariantChoice,
 };
-use kiln_common::signing::{ManifestSignature, ManifestSigner};
+use kiln_common::signing::ManifestSigner;
 use kiln_common::telemetry::BeaconSecret;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::encode::OutputFile;
-use super::engines::EngineFile;
-use super::geometry::ModelVariants;
+use crate::ir::{EngineFile, ModelPaths, OutputFile};
+pub use crate::ir::{SignedManifest, VatBaked};
 
 pub const NAME: &str = "sign";
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignedManifest {
-    pub manifest: Manifest,
-    /// The bytes that were signed and that are served.
-    pub bytes: Vec<u8>,
-    pub sha256: String,
-    pub key: String,
-    pub signature: ManifestSignature,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SignReport {
@@ -35,15 +24,6 @@ pub struct SignReport {
     pub manifest_sha256: String,
     pub manifest_bytes: u64,
     pub files: u64,
-}
-
-/// A VAT bake to list in the manifest: its `vat.json` path, model, mesh and encoding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VatBaked {
-    pub source: String,
-    pub mesh: String,
-    pub path: String,
-    pub encoding: String,
 }
 
 /// What the build's pages load first, and what a model's own path serves.
@@ -65,7 +45,7 @@ pub struct Serving {
 pub fn run(
     identity: &BuildIdentity,
     outputs: &[OutputFile],
-    models: &[ModelVariants],
+    models: &[ModelPaths],
     vat: &[VatBaked],
     engines: &[EngineFile],
     serving: &Serving,
@@ -223,7 +203,7 @@ fn sign_manifest(manifest: Manifest, signer: &ManifestSigner) -> SignedManifest 
 
 /// A model's variants with their sizes; the preferred one is the smallest after brotli,
 /// which is what the CDN sends (meshopt data can compress worse than plain quantized data).
-fn model_entry(model: &ModelVariants, outputs: &[OutputFile], base: &str) -> Option<ManifestModel> {
+fn model_entry(model: &ModelPaths, outputs: &[OutputFile], base: &str) -> Option<ManifestModel> {
     let find = |path: &str| outputs.iter().find(|o| o.path == path);
     let variant = |name: &str, path: &str| {
         let output = find(path)?;

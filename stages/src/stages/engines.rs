@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::FileTree;
-use super::inventory::{FileKind, Inventory};
+pub use crate::ir::EngineFile;
+use crate::ir::{FileKind, FileTree, Inventory};
 pub use html::BootLinks;
 use html::{BootEngine, PageInputs, PageRewrite, relative_to, rewrite_page};
 pub use rules::{Detection, EngineRules};
@@ -36,20 +36,6 @@ impl Default for EngineOptions {
             rules: Arc::new(EngineRules::load(None).expect("the shipped table parses")),
         }
     }
-}
-
-/// One engine file found in the build.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EngineFile {
-    pub path: String,
-    pub name: String,
-    pub version: String,
-    pub sha256: String,
-    pub size: u64,
-    pub global: String,
-    pub module: bool,
-    /// Its library object key (content-addressed).
-    pub library_key: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

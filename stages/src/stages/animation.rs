@@ -27,7 +27,9 @@ use crate::animation::clip::{Channel, Clip, Interpolation, Path, slerp};
 use crate::animation::metric::{self, MetricOptions, read_clips, sample_times};
 use crate::animation::rig::{Local, Pose, Rig, matrix_norm};
 use crate::gltf::accessors::{self, FLOAT, SHORT, push_accessor, push_view};
+use crate::gltf::cleanup::collect_garbage;
 use crate::gltf::meshopt_codec::{self, ViewCodec};
+use crate::gltf::meshopt_write::{DEFAULT_VERTEX_LEVEL, MeshoptCodec, write_meshopt};
 use crate::gltf::{Asset, GltfError};
 
 pub const NAME: &str = "animation";
@@ -159,7 +161,7 @@ pub fn animation_only_variants(
     bytes: &[u8],
     resources: &dyn crate::gltf::Resources,
     options: &AnimationOptions,
-    codec: super::geometry::MeshoptCodec,
+    codec: MeshoptCodec,
 ) -> Result<(Vec<u8>, Vec<u8>, AnimationReport), GltfError> {
     let source = Asset::read(bytes, resources)?;
     let CompressedAnimations {
@@ -167,12 +169,8 @@ pub fn animation_only_variants(
         codecs,
         report,
     } = compress_animations(&source, options)?;
-    let codecs = super::geometry::collect_garbage(&mut asset, codecs);
-    let geometry = super::geometry::GeometryOptions {
-        codec,
-        ..Default::default()
-    };
-    let meshopt = super::geometry::write_meshopt(&asset, &codecs, &geometry);
+    let codecs = collect_garbage(&mut asset, codecs);
+    let meshopt = write_meshopt(&asset, &codecs, codec, DEFAULT_VERTEX_LEVEL);
     Ok((asset.to_glb(), meshopt, report))
 }
 

@@ -1,4 +1,4 @@
-//! The engine detection table (`worker/engines.toml`) and its matcher.
+//! The engine detection table (`stages/engines.toml`) and its matcher.
 //!
 //! A rule names an engine by strings that survive minification (error messages, banners,
 //! shader chunk names) and reads the exact version from the file's own constants. The table
