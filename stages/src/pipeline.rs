@@ -51,8 +51,6 @@ pub struct PipelineOptions {
     pub trust_roots: Vec<kiln_common::signing::Jwk>,
     /// The content origin's URL: rewritten pages, the loader, manifests, keys and telemetry.
     pub content_base: String,
-    /// Pause before each stage. Only for crash-recovery tests and demos.
-    pub stage_pause: Duration,
 }
 
 /// What happens to each stage, for progress bars and metrics.
@@ -162,7 +160,7 @@ pub fn prepare(
         })
     })?;
 
-    let (tree, unpack_report) = step(observer, &mut report, options, unpack::NAME, |_| {
+    let (tree, unpack_report) = step(observer, &mut report, unpack::NAME, |_| {
         unpack::run(package, format, &tree_dir, &options.unpack).map_err(|e| PipelineError {
             stage: unpack::NAME,
             file: entry_of(&e),
@@ -172,62 +170,59 @@ pub fn prepare(
     })?;
     report.record(unpack::NAME, &unpack_report);
 
-    let (inventory, inventory_report) =
-        step(observer, &mut report, options, inventory::NAME, |_| {
-            inventory::run(&tree).map_err(|e| PipelineError {
-                stage: inventory::NAME,
-                file: None,
-                permanent: e.is_permanent(),
-                reason: e.to_string(),
-            })
-        })?;
+    let (inventory, inventory_report) = step(observer, &mut report, inventory::NAME, |_| {
+        inventory::run(&tree).map_err(|e| PipelineError {
+            stage: inventory::NAME,
+            file: None,
+            permanent: e.is_permanent(),
+            reason: e.to_string(),
+        })
+    })?;
     report.record(inventory::NAME, &inventory_report);
 
-    let (tree, engines_report, inventory) =
-        step(observer, &mut report, options, engines::NAME, |_| {
-            let api = options.content_base.trim_end_matches('/');
-            let links = BootLinks {
-                loader: format!("{api}{}", kiln_common::loader::versioned_path()),
-                game: identity.game.clone(),
-                manifest: format!("{api}/v1/games/{}/manifest", identity.game),
-                telemetry: format!("{api}/v1/telemetry"),
-                keys: if options.trust_roots.is_empty() {
-                    vec![signer.public_jwk()]
-                } else {
-                    options.trust_roots.clone()
-                }
-                .iter()
-                .map(|k| serde_json::to_value(k).expect("JWK serialises"))
-                .collect(),
-                build: identity.build_id.clone(),
-                base: Some(page_base(options, identity)),
-            };
-            let cdn = options.cdn_base.trim_end_matches('/');
-            let failed = |e: engines::EnginesError| PipelineError {
-                stage: engines::NAME,
-                file: None,
-                permanent: e.is_permanent(),
-                reason: e.to_string(),
-            };
-            let (tree, report) =
-                engines::run(&tree, &inventory, &options.engines, &links, &|key| {
-                    format!("{cdn}/{key}")
-                })
-                .map_err(failed)?;
-            // Rewritten pages changed size; nothing else did.
-            let mut inventory = inventory;
-            for entry in &mut inventory.entries {
-                if report.pages.iter().any(|p| p.path == entry.path)
-                    && let Some(file) = tree.files.iter().find(|f| f.path == entry.path)
-                {
-                    entry.size = file.size;
-                }
+    let (tree, engines_report, inventory) = step(observer, &mut report, engines::NAME, |_| {
+        let api = options.content_base.trim_end_matches('/');
+        let links = BootLinks {
+            loader: format!("{api}{}", kiln_common::loader::versioned_path()),
+            game: identity.game.clone(),
+            manifest: format!("{api}/v1/games/{}/manifest", identity.game),
+            telemetry: format!("{api}/v1/telemetry"),
+            keys: if options.trust_roots.is_empty() {
+                vec![signer.public_jwk()]
+            } else {
+                options.trust_roots.clone()
             }
-            Ok((tree, report, inventory))
-        })?;
+            .iter()
+            .map(|k| serde_json::to_value(k).expect("JWK serialises"))
+            .collect(),
+            build: identity.build_id.clone(),
+            base: Some(page_base(options, identity)),
+        };
+        let cdn = options.cdn_base.trim_end_matches('/');
+        let failed = |e: engines::EnginesError| PipelineError {
+            stage: engines::NAME,
+            file: None,
+            permanent: e.is_permanent(),
+            reason: e.to_string(),
+        };
+        let (tree, report) = engines::run(&tree, &inventory, &options.engines, &links, &|key| {
+            format!("{cdn}/{key}")
+        })
+        .map_err(failed)?;
+        // Rewritten pages changed size; nothing else did.
+        let mut inventory = inventory;
+        for entry in &mut inventory.entries {
+            if report.pages.iter().any(|p| p.path == entry.path)
+                && let Some(file) = tree.files.iter().find(|f| f.path == entry.path)
+            {
+                entry.size = file.size;
+            }
+        }
+        Ok((tree, report, inventory))
+    })?;
     report.record(engines::NAME, &engines_report);
 
-    let (tree, vat_report) = step(observer, &mut report, options, vat::NAME, |_| {
+    let (tree, vat_report) = step(observer, &mut report, vat::NAME, |_| {
         let failed = |reason: String, file: Option<&str>, permanent: bool| PipelineError {
             stage: vat::NAME,
             file: file.map(String::from),
@@ -255,18 +250,17 @@ pub fn prepare(
     report.record(vat::NAME, &vat_report);
     let vat_baked = vat_report.baked();
 
-    let (tree, outcomes, geometry_report) =
-        step(observer, &mut report, options, geometry::NAME, |obs| {
-            geometry::run(&tree, &inventory, &options.geometry, &mut |done| {
-                obs.progress(geometry::NAME, done)
-            })
-            .map_err(|e| PipelineError {
-                stage: geometry::NAME,
-                file: None,
-                permanent: e.is_permanent(),
-                reason: e.to_string(),
-            })
-        })?;
+    let (tree, outcomes, geometry_report) = step(observer, &mut report, geometry::NAME, |obs| {
+        geometry::run(&tree, &inventory, &options.geometry, &mut |done| {
+            obs.progress(geometry::NAME, done)
+        })
+        .map_err(|e| PipelineError {
+            stage: geometry::NAME,
+            file: None,
+            permanent: e.is_permanent(),
+            reason: e.to_string(),
+        })
+    })?;
     let (inventory, models) = apply_geometry(&tree, &outcomes, &inventory).map_err(|error| {
         Box::new(Failed {
             error,
@@ -278,7 +272,7 @@ pub fn prepare(
         &serde_json::json!({ "summary": geometry_report, "models": models }),
     );
 
-    let (outputs, encode_report) = step(observer, &mut report, options, encode::NAME, |obs| {
+    let (outputs, encode_report) = step(observer, &mut report, encode::NAME, |obs| {
         encode::run(
             &tree,
             &inventory,
@@ -295,7 +289,7 @@ pub fn prepare(
     })?;
     report.record(encode::NAME, &encode_report);
 
-    let (signed, sign_report) = step(observer, &mut report, options, sign::NAME, |_| {
+    let (signed, sign_report) = step(observer, &mut report, sign::NAME, |_| {
         let failed = |reason| PipelineError {
             stage: sign::NAME,
             file: Some(vat::BUILD_CONFIG.to_string()),
@@ -478,13 +472,9 @@ fn apply_geometry(
 fn step<T>(
     observer: &mut dyn StageObserver,
     report: &mut BuildReport,
-    options: &PipelineOptions,
     stage: &'static str,
     run: impl FnOnce(&mut dyn StageObserver) -> Result<T, PipelineError>,
 ) -> Result<T, Box<Failed>> {
-    if !options.stage_pause.is_zero() {
-        std::thread::sleep(options.stage_pause);
-    }
     observer.started(stage);
     let start = Instant::now();
     // A panic in a stage is a bug in Kiln that this package found: retrying the same bytes

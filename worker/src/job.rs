@@ -34,6 +34,10 @@ pub struct JobContext {
     pub beacon_secret: Arc<kiln_common::telemetry::BeaconSecret>,
     pub options: PipelineOptions,
     pub work_root: PathBuf,
+    /// Pause before each stage (`KILN_WORKER_STAGE_PAUSE_MS`): lets crash-recovery tests and
+    /// demos catch a build mid-pipeline. The job layer's observer sleeps; the pipeline knows
+    /// nothing of it.
+    pub stage_pause: Duration,
     /// Attempts for transient failures before the build is failed.
     pub transient_retries: u32,
     /// How long a signed release stays valid.
@@ -304,9 +308,10 @@ async fn build_in(
     ));
     let signer = context.signer.clone();
     let options = context.options.clone();
+    let pause = context.stage_pause;
     let dir = work_dir.join("pipeline");
     let prepared = tokio::task::spawn_blocking(move || {
-        let mut observer = ChannelObserver::new(events);
+        let mut observer = ChannelObserver::new(events, pause);
         pipeline::prepare(
             &package,
             format,
@@ -469,19 +474,25 @@ enum StageEvent {
 struct ChannelObserver {
     events: mpsc::UnboundedSender<StageEvent>,
     last_progress: f64,
+    pause: Duration,
 }
 
 impl ChannelObserver {
-    fn new(events: mpsc::UnboundedSender<StageEvent>) -> Self {
+    fn new(events: mpsc::UnboundedSender<StageEvent>, pause: Duration) -> Self {
         Self {
             events,
             last_progress: 0.0,
+            pause,
         }
     }
 }
 
 impl StageObserver for ChannelObserver {
     fn started(&mut self, stage: &'static str) {
+        // On the pipeline's blocking thread, before the stage is shown as running.
+        if !self.pause.is_zero() {
+            std::thread::sleep(self.pause);
+        }
         self.last_progress = 0.0;
         let _ = self.events.send(StageEvent::Started(stage));
     }

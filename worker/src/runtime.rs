@@ -23,7 +23,6 @@ pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
         api_base: config.public_url(),
         content_base: config.content_url(),
         engines: engine_options(&config.library)?,
-        stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
         geometry: GeometryOptions {
             animation: animation_options(&config.animation),
             ..GeometryOptions::default()
@@ -155,6 +154,7 @@ pub async fn job_context(
             ..pipeline_options(config)?
         },
         work_root,
+        stage_pause: Duration::from_millis(config.worker.stage_pause_ms),
         transient_retries: config.worker.transient_retries,
         manifest_ttl: Duration::from_secs(config.library.manifest_ttl_secs),
         resign_interval: Duration::from_secs(config.library.resign_interval_secs),
