@@ -196,60 +196,49 @@ impl Default for UnpackLimits {
     }
 }
 
-/// The animation stage (keyframe reduction and quantization within an error bound).
+/// The animation pass (keyframe reduction and quantization within an error bound): overrides
+/// on top of the stage's own defaults (`AnimationOptions::default()` in kiln-stages, the only
+/// place they are written); an unset field keeps the stage's default.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AnimationConfig {
     /// Compress animations at all (off: carried through untouched).
     pub enabled: bool,
     /// Error allowed on any vertex, relative to the model's bounding-box diagonal.
-    pub tolerance: f64,
+    pub tolerance: Option<f64>,
     /// The same in model units; when set (> 0) it replaces `tolerance`.
-    pub tolerance_abs: f64,
+    pub tolerance_abs: Option<f64>,
     /// Most bits for rotations (QUATERNION filter, 4–16); fewer where the error allows.
-    pub rotation_bits: u32,
+    pub rotation_bits: Option<u32>,
     /// Most mantissa bits for translations and scales (EXPONENTIAL filter, 1–24).
-    pub translation_bits: u32,
-    pub scale_bits: u32,
+    pub translation_bits: Option<u32>,
+    pub scale_bits: Option<u32>,
     /// Most mantissa bits for morph weights.
-    pub weight_bits: u32,
+    pub weight_bits: Option<u32>,
 }
 
 /// The VAT stage (vertex animation textures). A build asks for it in its own `kiln.toml`;
-/// `files` here bakes models of every build.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// `files` here bakes models of every build. The rest are overrides on top of the stage's own
+/// defaults (`VatOptions::default()` in kiln-stages, the only place they are written), read
+/// through the same `VatSettings` as a build's `[vat]`; an unset field keeps the default.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VatConfig {
     /// Models to bake in every build: paths inside the build, or `*` for every animated model.
     pub files: Vec<String>,
     /// `auto`, `low`, `medium`, `high`, `rgba16` or `half`.
-    pub encoding: String,
+    pub encoding: Option<String>,
     /// `relative` (offsets from the rest pose) or `absolute`.
-    pub mode: String,
-    pub frame_rate: f64,
+    pub mode: Option<String>,
+    pub frame_rate: Option<f64>,
     /// Error `auto` accepts, relative to the model's bounding-box diagonal.
-    pub tolerance: f64,
+    pub tolerance: Option<f64>,
     /// The same in model units; when set (> 0) it replaces `tolerance`.
-    pub tolerance_abs: f64,
+    pub tolerance_abs: Option<f64>,
     /// Largest texture dimension: 2048, 4096 or 8192.
-    pub max_size: u32,
+    pub max_size: Option<u32>,
     /// Texels per row (0: the vertex count, capped at `max_size`).
-    pub width: u32,
-}
-
-impl Default for VatConfig {
-    fn default() -> Self {
-        Self {
-            files: Vec::new(),
-            encoding: "auto".into(),
-            mode: "relative".into(),
-            frame_rate: 30.0,
-            tolerance: 2.5e-4,
-            tolerance_abs: 0.0,
-            max_size: 4096,
-            width: 0,
-        }
-    }
+    pub width: Option<u32>,
 }
 
 /// The engine split, the shared library, and the releases that serve it.
@@ -415,12 +404,12 @@ impl Default for AnimationConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            tolerance: 5e-5,
-            tolerance_abs: 0.0,
-            rotation_bits: 16,
-            translation_bits: 16,
-            scale_bits: 16,
-            weight_bits: 12,
+            tolerance: None,
+            tolerance_abs: None,
+            rotation_bits: None,
+            translation_bits: None,
+            scale_bits: None,
+            weight_bits: None,
         }
     }
 }
@@ -517,6 +506,7 @@ impl Config {
                 .filter(|v| *v >= 0.0 && v.is_finite())
                 .ok_or_else(|| bad("expected a number ≥ 0"))
         };
+        let bits = || num().and_then(|n| u32::try_from(n).map_err(|_| bad("too large")));
         let flag = || match value {
             "1" | "true" | "yes" | "on" => Ok(true),
             "0" | "false" | "no" | "off" | "" => Ok(false),
@@ -634,16 +624,13 @@ impl Config {
             "KILN_VARIANT_EXPLORE_PER_MILLE" => {
                 self.variants.explore_per_mille = num()?.min(1000) as u32
             }
-            "KILN_ANIMATION_TOLERANCE" => self.animation.tolerance = positive()?,
-            "KILN_ANIMATION_TOLERANCE_ABS" => self.animation.tolerance_abs = non_negative()?,
-            "KILN_ANIMATION_ROTATION_BITS" => {
-                self.animation.rotation_bits = num()?.clamp(4, 16) as u32
-            }
-            "KILN_ANIMATION_TRANSLATION_BITS" => {
-                self.animation.translation_bits = num()?.clamp(1, 24) as u32
-            }
-            "KILN_ANIMATION_SCALE_BITS" => self.animation.scale_bits = num()?.clamp(1, 24) as u32,
-            "KILN_ANIMATION_WEIGHT_BITS" => self.animation.weight_bits = num()?.clamp(1, 24) as u32,
+            // Ranges are the stage's to enforce (the worker clamps, as for the TOML file).
+            "KILN_ANIMATION_TOLERANCE" => self.animation.tolerance = Some(positive()?),
+            "KILN_ANIMATION_TOLERANCE_ABS" => self.animation.tolerance_abs = Some(non_negative()?),
+            "KILN_ANIMATION_ROTATION_BITS" => self.animation.rotation_bits = Some(bits()?),
+            "KILN_ANIMATION_TRANSLATION_BITS" => self.animation.translation_bits = Some(bits()?),
+            "KILN_ANIMATION_SCALE_BITS" => self.animation.scale_bits = Some(bits()?),
+            "KILN_ANIMATION_WEIGHT_BITS" => self.animation.weight_bits = Some(bits()?),
             "KILN_VAT" => {
                 self.vat.files = value
                     .split(',')
@@ -652,12 +639,12 @@ impl Config {
                     .map(String::from)
                     .collect()
             }
-            "KILN_VAT_ENCODING" => self.vat.encoding = value.into(),
-            "KILN_VAT_MODE" => self.vat.mode = value.into(),
-            "KILN_VAT_FRAME_RATE" => self.vat.frame_rate = positive()?,
-            "KILN_VAT_TOLERANCE" => self.vat.tolerance = positive()?,
-            "KILN_VAT_TOLERANCE_ABS" => self.vat.tolerance_abs = non_negative()?,
-            "KILN_VAT_MAX_SIZE" => self.vat.max_size = num()? as u32,
+            "KILN_VAT_ENCODING" => self.vat.encoding = Some(value.into()),
+            "KILN_VAT_MODE" => self.vat.mode = Some(value.into()),
+            "KILN_VAT_FRAME_RATE" => self.vat.frame_rate = Some(positive()?),
+            "KILN_VAT_TOLERANCE" => self.vat.tolerance = Some(positive()?),
+            "KILN_VAT_TOLERANCE_ABS" => self.vat.tolerance_abs = Some(non_negative()?),
+            "KILN_VAT_MAX_SIZE" => self.vat.max_size = Some(bits()?),
             // Unknown KILN_ variables are ignored so that scripts may set their own.
             _ => {}
         }

@@ -100,18 +100,20 @@ enum Command {
     AnimError {
         source: PathBuf,
         compressed: PathBuf,
-        /// Tolerance relative to the model's bounding-box diagonal.
-        #[arg(long, default_value_t = 5e-5)]
-        tolerance: f64,
+        /// Tolerance relative to the model's bounding-box diagonal [default: the animation
+        /// pass's, 5e-5].
+        #[arg(long)]
+        tolerance: Option<f64>,
         /// Absolute tolerance in model units (overrides --tolerance).
         #[arg(long)]
         tolerance_abs: Option<f64>,
-        /// Shell radius for virtual vertices, relative to the diagonal.
-        #[arg(long, default_value_t = 0.015)]
-        shell: f64,
-        /// Samples per source key interval.
-        #[arg(long, default_value_t = 4.0)]
-        rate_multiplier: f64,
+        /// Shell radius for virtual vertices, relative to the diagonal [default: the metric's,
+        /// 0.015].
+        #[arg(long)]
+        shell: Option<f64>,
+        /// Samples per source key interval [default: the metric's, 4].
+        #[arg(long)]
+        rate_multiplier: Option<f64>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -162,18 +164,15 @@ fn main() -> std::process::ExitCode {
         json,
     }) = &cli.command
     {
+        // Unset flags keep the stage's own defaults (the metric's, the animation pass's).
+        let defaults = kiln_stages::animation::MetricOptions::default();
         let metric = kiln_stages::animation::MetricOptions {
-            shell: *shell,
-            rate_multiplier: *rate_multiplier,
+            shell: shell.unwrap_or(defaults.shell),
+            rate_multiplier: rate_multiplier.unwrap_or(defaults.rate_multiplier),
         };
-        return anim_error(
-            source,
-            compressed,
-            *tolerance,
-            *tolerance_abs,
-            metric,
-            *json,
-        );
+        let tolerance = tolerance
+            .unwrap_or(kiln_stages::stages::animation::AnimationOptions::DEFAULT_TOLERANCE);
+        return anim_error(source, compressed, tolerance, *tolerance_abs, metric, *json);
     }
     if let Some(Command::Vat {
         model,

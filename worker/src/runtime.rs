@@ -48,18 +48,19 @@ pub fn engine_options(config: &LibraryConfig) -> anyhow::Result<EngineOptions> {
     })
 }
 
-/// The VAT stage's selection from the `[vat]` configuration (through the same settings a
-/// build's `kiln.toml` uses, so both are checked alike).
+/// The VAT stage's selection from the `[vat]` configuration: overrides read through the same
+/// settings a build's `kiln.toml` uses (so both are checked alike), on top of the stage's own
+/// defaults (`VatOptions::default()`).
 pub fn vat_selection(config: &VatConfig) -> anyhow::Result<VatSelection> {
     let settings = VatSettings {
         files: Some(config.files.clone()),
-        encoding: Some(config.encoding.clone()),
-        mode: Some(config.mode.clone()),
-        frame_rate: Some(config.frame_rate),
-        tolerance: Some(config.tolerance),
-        tolerance_abs: Some(config.tolerance_abs),
-        max_size: Some(config.max_size),
-        width: Some(config.width),
+        encoding: config.encoding.clone(),
+        mode: config.mode.clone(),
+        frame_rate: config.frame_rate,
+        tolerance: config.tolerance,
+        tolerance_abs: config.tolerance_abs,
+        max_size: config.max_size,
+        width: config.width,
         file: Default::default(),
     };
     settings
@@ -67,19 +68,34 @@ pub fn vat_selection(config: &VatConfig) -> anyhow::Result<VatSelection> {
         .map_err(|e| anyhow::anyhow!("[vat] configuration: {e}"))
 }
 
-/// The animation stage's options from the `[animation]` configuration.
+/// The animation pass's options: the `[animation]` overrides on top of the stage's own
+/// defaults (`AnimationOptions::default()`, the only place they are written); `None` when
+/// the pass is off.
 pub fn animation_options(config: &AnimationConfig) -> Option<AnimationOptions> {
+    let defaults = AnimationOptions::default();
     config.enabled.then(|| AnimationOptions {
-        tolerance: if config.tolerance_abs > 0.0 {
-            Tolerance::Absolute(config.tolerance_abs)
-        } else {
-            Tolerance::Relative(config.tolerance)
+        tolerance: match (config.tolerance_abs, config.tolerance) {
+            (Some(abs), _) if abs > 0.0 => Tolerance::Absolute(abs),
+            (_, Some(relative)) => Tolerance::Relative(relative),
+            _ => defaults.tolerance,
         },
-        rotation_bits: config.rotation_bits.clamp(4, 16),
-        translation_bits: config.translation_bits.clamp(1, 24),
-        scale_bits: config.scale_bits.clamp(1, 24),
-        weight_bits: config.weight_bits.clamp(1, 24),
-        ..AnimationOptions::default()
+        rotation_bits: config
+            .rotation_bits
+            .unwrap_or(defaults.rotation_bits)
+            .clamp(4, 16),
+        translation_bits: config
+            .translation_bits
+            .unwrap_or(defaults.translation_bits)
+            .clamp(1, 24),
+        scale_bits: config
+            .scale_bits
+            .unwrap_or(defaults.scale_bits)
+            .clamp(1, 24),
+        weight_bits: config
+            .weight_bits
+            .unwrap_or(defaults.weight_bits)
+            .clamp(1, 24),
+        ..defaults.clone()
     })
 }
 

@@ -57,11 +57,16 @@ pub struct AnimationOptions {
     pub metric: MetricOptions,
 }
 
+impl AnimationOptions {
+    /// The default error bound, relative to the model's bounding-box diagonal: 0.1 mm on a
+    /// 2 m character, ACL's 0.01 cm order.
+    pub const DEFAULT_TOLERANCE: f64 = 5e-5;
+}
+
 impl Default for AnimationOptions {
     fn default() -> Self {
         Self {
-            // 0.1 mm on a 2 m character: ACL's 0.01 cm order.
-            tolerance: Tolerance::Relative(5e-5),
+            tolerance: Tolerance::Relative(Self::DEFAULT_TOLERANCE),
             rotation_bits: 16,
             translation_bits: 16,
             scale_bits: 16,

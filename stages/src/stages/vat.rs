@@ -376,7 +376,7 @@ pub fn prepare(asset: &Asset) -> Result<(Rig, Vec<Clip>, Vec<usize>), VatError> 
             });
         }
     }
-    let mut rig = Rig::read(asset, 0.015)?;
+    let mut rig = Rig::read(asset, crate::animation::MetricOptions::default().shell)?;
     let nodes = bakeable_nodes(&rig, &clips);
     if nodes.is_empty() {
         return Err(VatError::NothingToBake {
