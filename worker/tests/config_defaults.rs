@@ -46,7 +46,7 @@ fn readme_defaults() -> Vec<(String, String)> {
     for line in table.lines().filter(|l| l.starts_with("| `KILN_")) {
         let cells: Vec<&str> = line.split(" | ").collect();
         let (names, values) = (ticked(cells[0]), ticked(cells[1]));
-        let prose = cells[1].replace(|c: char| c == '`', "");
+        let prose = cells[1].replace('`', "");
         if names.len() != values.len() || prose.contains('(') || prose.contains(" or ") {
             continue;
         }
