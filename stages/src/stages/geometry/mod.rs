@@ -1,0 +1,652 @@
+//! Stage `geometry`: every glTF/GLB model in the build gets two smaller variants.
+//!
+//! - `quantized`: `KHR_mesh_quantization` only — loads everywhere, no decoder needed;
+//! - `meshopt`: the same data compressed with `EXT_meshopt_compression` (or
+//!   `KHR_meshopt_compression`) — smallest, needs meshoptimizer's decoder.
+//!
+//! Per triangle primitive, as seed 000 describes: generate indices, merge identical vertices,
+//! reorder for the vertex cache, then for vertex fetch; then quantize each attribute to the
+//! configured bits. Positions share one quantization grid per file (seams stay closed); the
+//! dequantization (offset + uniform scale) goes into a child node carrying the mesh, or into
+//! the inverse bind matrices for skinned meshes, so bounds stay exact and the model renders
+//! in the same place and size. Morph target deltas use the same grid, coarsened to their own
+//! bits, all-zero ones become zero-filled accessors (no bytes), and sparse accessors are
+//! used where they are smaller.
+//!
+//! Everything else in the file (materials, animations, skins, cameras, lights, extras, names,
+//! extensions this stage understands) is carried through untouched.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::gltf::accessors::{
+    self, ARRAY_BUFFER, BYTE, ELEMENT_ARRAY_BUFFER, FLOAT, Layout, SHORT, UNSIGNED_BYTE,
+    UNSIGNED_INT, UNSIGNED_SHORT, min_max, pack_floats, push_accessor, push_view,
+};
+use crate::gltf::cleanup::{add_extension, collect_garbage};
+use crate::gltf::meshopt_codec::ViewCodec;
+pub use crate::gltf::meshopt_write::MeshoptCodec;
+use crate::gltf::meshopt_write::{DEFAULT_VERTEX_LEVEL, write_meshopt};
+use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
+
+use super::animation::{AnimationOptions, AnimationReport, compress_animations};
+pub use crate::ir::variant_path;
+use crate::ir::{
+    FileKind, FileTree, Inventory, InventoryEntry, ModelPaths, TreeFile, TreeResources,
+};
+
+mod attributes;
+mod morph;
+mod quantize;
+mod transforms;
+
+use attributes::*;
+use morph::*;
+use quantize::*;
+use transforms::*;
+
+pub const NAME: &str = "geometry";
+
+/// Bits per attribute and codec settings. `Default` holds seed 000's values.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GeometryOptions {
+    pub position_bits: u32,
+    pub texcoord_bits: u32,
+    pub normal_bits: u32,
+    pub tangent_bits: u32,
+    pub color_bits: u32,
+    pub morph_bits: u32,
+    pub codec: MeshoptCodec,
+    /// meshopt vertex codec level (0–3; only with codec version 1, i.e. `Khr`).
+    pub vertex_level: i32,
+    /// Use sparse accessors for morph targets where that is smaller.
+    pub sparse_morph_targets: bool,
+    /// Animation compression (the `animation` stage) for both variants; `None` carries
+    /// animations through untouched.
+    pub animation: Option<AnimationOptions>,
+}
+
+impl Default for GeometryOptions {
+    fn default() -> Self {
+        Self {
+            position_bits: 14,
+            texcoord_bits: 12,
+            normal_bits: 10,
+            tangent_bits: 12,
+            color_bits: 8,
+            morph_bits: 8,
+            codec: MeshoptCodec::Ext,
+            vertex_level: DEFAULT_VERTEX_LEVEL,
+            sparse_morph_targets: true,
+            animation: Some(AnimationOptions::default()),
+        }
+    }
+}
+
+impl GeometryOptions {
+    /// Bits are capped at 16: quantized data is stored in at most 16-bit integers.
+    fn clamped(&self) -> Self {
+        let c = |b: u32, lo: u32| b.clamp(lo, 16);
+        Self {
+            position_bits: c(self.position_bits, 4),
+            texcoord_bits: c(self.texcoord_bits, 4),
+            normal_bits: c(self.normal_bits, 4),
+            tangent_bits: c(self.tangent_bits, 4),
+            color_bits: c(self.color_bits, 2),
+            morph_bits: c(self.morph_bits, 2),
+            ..self.clone()
+        }
+    }
+}
+
+/// The two variants of one model and what they cost and lost.
+#[derive(Debug, Clone)]
+pub struct OptimizedModel {
+    pub quantized: Vec<u8>,
+    pub meshopt: Vec<u8>,
+    pub report: ModelReport,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct ModelReport {
+    pub bytes_before: u64,
+    pub quantized_bytes: u64,
+    pub meshopt_bytes: u64,
+    pub triangles_before: u64,
+    pub triangles_after: u64,
+    pub vertices_before: u64,
+    pub vertices_after: u64,
+    /// Largest distance between a source vertex and its quantized position, in model units.
+    pub max_position_error: f64,
+    /// The same, relative to the model's bounding-box diagonal.
+    pub max_position_error_relative: f64,
+    /// Largest angle between a source normal and its quantized one, per variant.
+    pub max_normal_error_degrees_quantized: f64,
+    pub max_normal_error_degrees_meshopt: f64,
+    pub sparse_targets: u64,
+    pub dropped_zero_targets: u64,
+    /// What the animation stage did (models with animations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub animation: Option<AnimationReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Why a model was not optimised.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ModelError {
+    /// The file can't be read: that file fails, not the build.
+    #[error("{0}")]
+    Invalid(#[from] GltfError),
+    /// The file needs an extension this stage does not understand: copied through unchanged.
+    #[error("uses extension {0} which the geometry stage does not understand; kept unchanged")]
+    Unsupported(String),
+    #[error("{0}")]
+    NonFinite(String),
+}
+
+/// Extensions this stage can carry through (they reference no accessors or views it moves,
+/// or it handles them).
+const UNDERSTOOD: &[&str] = &[
+    "KHR_mesh_quantization",
+    "EXT_meshopt_compression",
+    "KHR_meshopt_compression",
+    "KHR_texture_transform",
+    "KHR_lights_punctual",
+    "KHR_materials_emissive_strength",
+    "KHR_materials_ior",
+    "KHR_materials_specular",
+    "KHR_materials_transmission",
+    "KHR_materials_volume",
+    "KHR_materials_clearcoat",
+    "KHR_materials_sheen",
+    "KHR_materials_iridescence",
+    "KHR_materials_anisotropy",
+    "KHR_materials_dispersion",
+    "KHR_materials_unlit",
+    "KHR_materials_variants",
+    "KHR_materials_pbrSpecularGlossiness",
+    "KHR_texture_basisu",
+    "EXT_texture_webp",
+    "EXT_texture_avif",
+    "KHR_xmp_json_ld",
+];
+
+/// Optimises one model given its bytes (`.glb` or `.gltf`) and its external resources.
+pub fn optimize_model(
+    bytes: &[u8],
+    resources: &dyn Resources,
+    options: &GeometryOptions,
+) -> Result<OptimizedModel, ModelError> {
+    let options = options.clamped();
+    let source = Asset::read(bytes, resources)?;
+    for ext in source.array("extensionsUsed") {
+        let name = ext.as_str().unwrap_or("");
+        if !UNDERSTOOD.contains(&name) {
+            return Err(ModelError::Unsupported(name.to_string()));
+        }
+    }
+    let mut report = ModelReport {
+        bytes_before: bytes.len() as u64,
+        ..ModelReport::default()
+    };
+    let mut codecs: HashMap<usize, ViewCodec> = HashMap::new();
+    // Animations first, on the source's own geometry (the metric's vertices); the geometry
+    // below carries the new animation data through.
+    let source = match &options.animation {
+        Some(animation) if !source.array("animations").is_empty() => {
+            let compressed = compress_animations(&source, animation)?;
+            codecs.extend(compressed.codecs);
+            report.animation = Some(compressed.report);
+            compressed.asset
+        }
+        _ => source,
+    };
+    let mut asset = source.clone();
+    let grid = position_grid(&source, options.position_bits)?;
+    // Integer UVs with the scale in KHR_texture_transform, per material; variants of a
+    // material (KHR_materials_variants) would need one grid for several: normalised UVs there.
+    let uv_grids = if source.uses_extension("KHR_materials_variants") {
+        HashMap::new()
+    } else {
+        uv_grids(&source)?
+    };
+    let mut sq_error = 0f64;
+    let mut normal_error = (0f64, 0f64);
+
+    let mesh_count = source.array("meshes").len();
+    for m in 0..mesh_count {
+        let primitives = source.json["meshes"][m]["primitives"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for (p, primitive) in primitives.iter().enumerate() {
+            let what = format!("meshes[{m}].primitives[{p}]");
+            let uv = uv_grids.get(&primitive.get("material").and_then(Value::as_u64));
+            let out = process_primitive(
+                &source,
+                &mut asset,
+                primitive,
+                Grids {
+                    position: &grid,
+                    uv,
+                },
+                &options,
+                &what,
+                &mut codecs,
+            )?;
+            report.triangles_before += out.triangles_before;
+            report.triangles_after += out.triangles_after;
+            report.vertices_before += out.vertices_before;
+            report.vertices_after += out.vertices_after;
+            report.sparse_targets += out.sparse_targets;
+            report.dropped_zero_targets += out.dropped_targets;
+            sq_error = sq_error.max(out.max_position_error);
+            normal_error.0 = normal_error.0.max(out.normal_error.0);
+            normal_error.1 = normal_error.1.max(out.normal_error.1);
+            asset.json["meshes"][m]["primitives"][p] = out.primitive;
+        }
+    }
+    if let Some(grid) = &grid {
+        place_dequantization(&mut asset, grid)?;
+        report.max_position_error = sq_error;
+        report.max_position_error_relative = if grid.diagonal > 0.0 {
+            sq_error / grid.diagonal
+        } else {
+            0.0
+        };
+    }
+    if apply_texture_transforms(&mut asset.json, &uv_grids, options.texcoord_bits) {
+        add_extension(&mut asset.json, "KHR_texture_transform", true);
+    }
+    report.max_normal_error_degrees_quantized = normal_error.0;
+    report.max_normal_error_degrees_meshopt = normal_error.1;
+    if mesh_count > 0 {
+        add_extension(&mut asset.json, "KHR_mesh_quantization", true);
+    }
+    let codecs = collect_garbage(&mut asset, codecs);
+    let quantized = asset.to_glb();
+    let meshopt = write_meshopt(&asset, &codecs, options.codec, options.vertex_level);
+    report.quantized_bytes = quantized.len() as u64;
+    report.meshopt_bytes = meshopt.len() as u64;
+    Ok(OptimizedModel {
+        quantized,
+        meshopt,
+        report,
+    })
+}
+
+/// The variants written for one model of the build.
+/// `kiln.toml` `[models] serve = "quantized"`: the build opts into serving that variant at
+/// each `.glb` model's own path, so a game that loads its models itself gets it without a
+/// code change (`quantized` needs no decoder: KHR_mesh_quantization is read by three.js,
+/// Babylon.js, PlayCanvas, …). Default: the original file.
+pub fn served_variant(kiln_toml: Option<&str>) -> Result<Option<String>, String> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct BuildConfig {
+        models: Option<ModelsSettings>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default, deny_unknown_fields)]
+    struct ModelsSettings {
+        serve: Option<String>,
+    }
+    let Some(text) = kiln_toml else {
+        return Ok(None);
+    };
+    let config: BuildConfig =
+        toml::from_str(text).map_err(|e| format!("kiln.toml: {}", e.message()))?;
+    match config.models.and_then(|m| m.serve).as_deref() {
+        None | Some("original") => Ok(None),
+        Some("quantized") => Ok(Some("quantized".into())),
+        Some("meshopt") => Err(
+            "kiln.toml [models] serve = \"meshopt\": a meshopt model needs the game to set up a decoder; load it with kiln.model, or serve \"quantized\"".into(),
+        ),
+        Some(other) => Err(format!(
+            "kiln.toml [models] serve = {other:?}: use \"quantized\" or \"original\""
+        )),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct GeometryReport {
+    pub models: u64,
+    pub optimized: u64,
+    pub kept_unchanged: u64,
+    pub failed: u64,
+    pub bytes_before: u64,
+    pub quantized_bytes: u64,
+    pub meshopt_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelVariants {
+    /// The model's own path (the `original` variant).
+    pub source: String,
+    pub quantized: String,
+    pub meshopt: String,
+    pub report: ModelReport,
+}
+
+impl ModelVariants {
+    /// Where the variants are, for `sign`.
+    pub fn paths(&self) -> ModelPaths {
+        ModelPaths {
+            source: self.source.clone(),
+            quantized: self.quantized.clone(),
+            meshopt: self.meshopt.clone(),
+        }
+    }
+}
+
+/// What happened to each model file, for the build report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelOutcome {
+    Optimized(Box<ModelVariants>),
+    /// Copied through unchanged, with the reason.
+    Kept(String, String),
+    /// Could not be read: this file fails, the build goes on.
+    Failed(String, String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GeometryError {
+    #[error("geometry: {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl GeometryError {
+    pub fn is_permanent(&self) -> bool {
+        false
+    }
+}
+
+/// Optimises every model of the tree, writing the variants beside each one.
+pub fn run(
+    tree: &FileTree,
+    inventory: &Inventory,
+    options: &GeometryOptions,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(FileTree, Vec<ModelOutcome>, GeometryReport), GeometryError> {
+    let models: Vec<&InventoryEntry> = inventory
+        .entries
+        .iter()
+        // Files another stage made from a model (VAT meshes) are not models of the game.
+        .filter(|e| {
+            matches!(e.kind, FileKind::Glb | FileKind::Gltf)
+                && e.error.is_none()
+                && e.used_by.is_none()
+        })
+        .collect();
+    let mut tree = tree.clone();
+    let mut outcomes = Vec::new();
+    let mut report = GeometryReport::default();
+    for (n, entry) in models.iter().enumerate() {
+        report.models += 1;
+        let io = |source| GeometryError::Io {
+            path: entry.path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
+        let resources = TreeResources {
+            tree: &tree,
+            model: &entry.path,
+        };
+        // A panic is a bug in Kiln that this file found: that file fails, the build goes on.
+        let optimized =
+            match crate::gltf::guard_model(|| Ok(optimize_model(&bytes, &resources, options))) {
+                Ok(result) => result,
+                Err(internal) => {
+                    report.failed += 1;
+                    outcomes.push(ModelOutcome::Failed(entry.path.clone(), internal));
+                    progress((n + 1) as f64 / models.len() as f64);
+                    continue;
+                }
+            };
+        match optimized {
+            Ok(model) => {
+                let quantized = variant_path(&entry.path, "quantized");
+                let meshopt = variant_path(&entry.path, "meshopt");
+                let mut added = Vec::new();
+                for (path, data) in [(&quantized, &model.quantized), (&meshopt, &model.meshopt)] {
+                    if tree.contains(path) {
+                        // The build already has a file by that name: leave both alone.
+                        continue;
+                    }
+                    std::fs::write(tree.root.join(path), data).map_err(|source| {
+                        GeometryError::Io {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                    added.push(TreeFile {
+                        path: path.clone(),
+                        size: data.len() as u64,
+                    });
+                }
+                if added.len() < 2 {
+                    outcomes.push(ModelOutcome::Kept(
+                        entry.path.clone(),
+                        "a file with a variant's name is already in the build".into(),
+                    ));
+                    report.kept_unchanged += 1;
+                    continue;
+                }
+                report.optimized += 1;
+                report.bytes_before += model.report.bytes_before;
+                report.quantized_bytes += model.report.quantized_bytes;
+                report.meshopt_bytes += model.report.meshopt_bytes;
+                tree.files.extend(added);
+                tree.files.sort_by(|a, b| a.path.cmp(&b.path));
+                outcomes.push(ModelOutcome::Optimized(Box::new(ModelVariants {
+                    source: entry.path.clone(),
+                    quantized,
+                    meshopt,
+                    report: model.report,
+                })));
+            }
+            Err(ModelError::Unsupported(ext)) => {
+                report.kept_unchanged += 1;
+                outcomes.push(ModelOutcome::Kept(
+                    entry.path.clone(),
+                    format!("uses extension {ext} which the geometry stage does not understand; kept unchanged"),
+                ));
+            }
+            Err(e) => {
+                report.failed += 1;
+                outcomes.push(ModelOutcome::Failed(entry.path.clone(), e.to_string()));
+            }
+        }
+        progress((n + 1) as f64 / models.len() as f64);
+    }
+    Ok((tree, outcomes, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gltf::NoResources;
+
+    #[test]
+    fn bit_replication_is_exact_at_the_ends_and_close_between() {
+        assert_eq!(unorm(1.0, 12, 16), 65535);
+        assert_eq!(unorm(0.0, 12, 16), 0);
+        assert_eq!(snorm(1.0, 10, 16), 32767);
+        assert_eq!(snorm(-1.0, 10, 16), -32767);
+        for i in 0..=4095u32 {
+            let v = i as f32 / 4095.0;
+            let stored = unorm(v, 12, 16) as f32 / 65535.0;
+            assert!((stored - v).abs() < 1.0 / 65535.0, "{i}: {stored} vs {v}");
+        }
+        for i in 0..=511i32 {
+            let v = i as f32 / 511.0;
+            let stored = snorm(v, 10, 16) as f32 / 32767.0;
+            assert!((stored - v).abs() < 1.0 / 32767.0, "{i}");
+        }
+    }
+
+    /// A unit quad (two triangles, non-indexed, with a duplicate vertex) with normals and UVs.
+    fn quad() -> Vec<u8> {
+        let positions: [[f32; 3]; 6] = [
+            [0., 0., 0.],
+            [2., 0., 0.],
+            [2., 1., 0.],
+            [0., 0., 0.],
+            [2., 1., 0.],
+            [0., 1., 0.],
+        ];
+        let normals = [[0f32, 0., 1.]; 6];
+        let uvs: [[f32; 2]; 6] = [[0., 0.], [1., 0.], [1., 1.], [0., 0.], [1., 1.], [0., 1.]];
+        let mut bin = Vec::new();
+        for p in positions {
+            for c in p {
+                bin.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        for n in normals {
+            for c in n {
+                bin.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        for t in uvs {
+            for c in t {
+                bin.extend_from_slice(&c.to_le_bytes());
+            }
+        }
+        let json = json!({
+            "asset": {"version": "2.0"},
+            "scene": 0, "scenes": [{"nodes": [0]}],
+            "nodes": [{"mesh": 0, "name": "quad", "translation": [5, 0, 0]}],
+            "meshes": [{"primitives": [{"attributes": {"POSITION": 0, "NORMAL": 1, "TEXCOORD_0": 2}}], "extras": {"keep": 1}}],
+            "buffers": [{"byteLength": bin.len()}],
+            "bufferViews": [
+                {"buffer": 0, "byteOffset": 0, "byteLength": 72},
+                {"buffer": 0, "byteOffset": 72, "byteLength": 72},
+                {"buffer": 0, "byteOffset": 144, "byteLength": 48}
+            ],
+            "accessors": [
+                {"bufferView": 0, "componentType": FLOAT, "count": 6, "type": "VEC3", "min": [0,0,0], "max": [2,1,0]},
+                {"bufferView": 1, "componentType": FLOAT, "count": 6, "type": "VEC3"},
+                {"bufferView": 2, "componentType": FLOAT, "count": 6, "type": "VEC2"}
+            ]
+        });
+        crate::gltf::write_glb(&json, Some(&bin))
+    }
+
+    #[test]
+    fn quad_is_indexed_deduplicated_quantized_and_placed() {
+        let out = optimize_model(&quad(), &NoResources, &GeometryOptions::default()).unwrap();
+        assert_eq!(out.report.vertices_before, 6);
+        assert_eq!(out.report.vertices_after, 4);
+        assert_eq!(out.report.triangles_before, 2);
+        assert_eq!(out.report.triangles_after, 2);
+        assert!(out.report.max_position_error_relative < 1.0 / 16383.0);
+        let q = Asset::read(&out.quantized, &NoResources).unwrap();
+        assert!(q.uses_extension("KHR_mesh_quantization"));
+        assert_eq!(q.json["meshes"][0]["extras"]["keep"], 1);
+        // The leaf node took the dequantization into its own transform: world x = 5 + 2 at most.
+        assert_eq!(q.json["nodes"][0]["mesh"], 0);
+        let s = q.json["nodes"][0]["scale"][0].as_f64().unwrap();
+        let t = q.json["nodes"][0]["translation"][0].as_f64().unwrap();
+        let (_, pos) = accessors::read_f32(
+            &q,
+            q.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"]
+                .as_u64()
+                .unwrap() as usize,
+        )
+        .unwrap();
+        let max_x = t + pos.chunks(3).map(|p| p[0]).fold(0f32, f32::max) as f64 * s;
+        assert!((max_x - 7.0).abs() < 1e-3, "{max_x}");
+        let m = Asset::read(&out.meshopt, &NoResources).unwrap();
+        assert!(m.uses_extension("EXT_meshopt_compression"));
+        // Decoding the meshopt variant gives the quantized variant's data.
+        let pi = m.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"]
+            .as_u64()
+            .unwrap() as usize;
+        assert_eq!(accessors::read_f32(&m, pi).unwrap().1, pos);
+    }
+
+    /// Integer UVs with the scale in KHR_texture_transform sample the texture where the
+    /// source did, composed with the material's own transform (rotation included).
+    #[test]
+    fn texture_coordinates_keep_their_meaning_through_the_transform() {
+        let mut asset = Asset::read(&quad(), &NoResources).unwrap();
+        // UVs outside [0, 1] and a material with its own transform.
+        let uvs: Vec<f32> = vec![-1., 0., 3., 0., 3., 2., -1., 0., 3., 2., -1., 2.];
+        asset.views[2] = pack_floats(&uvs);
+        asset.json["meshes"][0]["primitives"][0]["material"] = json!(0);
+        asset.json["materials"] = json!([{"pbrMetallicRoughness": {"baseColorTexture": {"index": 0,
+            "extensions": {"KHR_texture_transform": {"offset": [0.1, 0.2], "scale": [2.0, 3.0], "rotation": 0.3}}}}}]);
+        asset.json["textures"] = json!([{"source": 0}]);
+        asset.json["images"] = json!([{"uri": "a.png"}]);
+        let out =
+            optimize_model(&asset.to_glb(), &NoResources, &GeometryOptions::default()).unwrap();
+        let q = Asset::read(&out.quantized, &NoResources).unwrap();
+        let apply = |t: &Value, uv: [f32; 2]| -> [f32; 2] {
+            let get = |k: &str, i: usize, d: f32| {
+                t[k].get(i).and_then(Value::as_f64).map_or(d, |v| v as f32)
+            };
+            let (sin, cos) = (t["rotation"].as_f64().unwrap_or(0.0) as f32).sin_cos();
+            let v = [get("scale", 0, 1.0) * uv[0], get("scale", 1, 1.0) * uv[1]];
+            [
+                get("offset", 0, 0.0) + cos * v[0] - sin * v[1],
+                get("offset", 1, 0.0) + sin * v[0] + cos * v[1],
+            ]
+        };
+        let old = json!({"offset": [0.1, 0.2], "scale": [2.0, 3.0], "rotation": 0.3});
+        let new = &q.json["materials"][0]["pbrMetallicRoughness"]["baseColorTexture"]["extensions"]
+            ["KHR_texture_transform"];
+        assert!(q.uses_extension("KHR_texture_transform"));
+        let prim = &q.json["meshes"][0]["primitives"][0]["attributes"];
+        let (layout, tex) =
+            accessors::read_f32(&q, prim["TEXCOORD_0"].as_u64().unwrap() as usize).unwrap();
+        assert!(!layout.normalized && layout.component_type == UNSIGNED_SHORT);
+        let (_, pos) =
+            accessors::read_f32(&q, prim["POSITION"].as_u64().unwrap() as usize).unwrap();
+        let source_pos: [[f32; 2]; 6] =
+            [[0., 0.], [2., 0.], [2., 1.], [0., 0.], [2., 1.], [0., 1.]];
+        let max_q = pos
+            .chunks(3)
+            .fold([0f32; 2], |m, p| [m[0].max(p[0]), m[1].max(p[1])]);
+        for (v, p) in pos.chunks(3).enumerate() {
+            // Match the source vertex by (normalised) position.
+            let here = [p[0] / max_q[0] * 2.0, p[1] / max_q[1].max(1.0)];
+            let s = source_pos
+                .iter()
+                .position(|sp| (sp[0] - here[0]).abs() < 1e-2 && (sp[1] - here[1]).abs() < 1e-2)
+                .unwrap();
+            let expected = apply(&old, [uvs[2 * s], uvs[2 * s + 1]]);
+            let got = apply(new, [tex[2 * v], tex[2 * v + 1]]);
+            for axis in 0..2 {
+                assert!(
+                    (expected[axis] - got[axis]).abs() < 4.0 * 3.0 / 4095.0,
+                    "{v}: {expected:?} vs {got:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn broken_models_fail_with_a_reason() {
+        let mut bytes = quad();
+        let err = optimize_model(
+            &bytes[..bytes.len() - 40],
+            &NoResources,
+            &GeometryOptions::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, ModelError::Invalid(_)), "{err}");
+        // NaN in a position.
+        let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let bin_start = 20 + json_len + 8;
+        bytes[bin_start..bin_start + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let err = optimize_model(&bytes, &NoResources, &GeometryOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("NaN"), "{err}");
+    }
+}
