@@ -56,8 +56,8 @@ async fn queued_build_without_a_job_is_queued_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
-async fn sigterm_lets_the_worker_finish_or_hand_back() {
-    scenarios::sigterm_lets_the_worker_finish_or_hand_back(Distributed).await;
+async fn sigterm_lets_the_worker_finish_its_job() {
+    scenarios::sigterm_lets_the_worker_finish_its_job(Distributed).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -46,8 +46,8 @@ async fn queued_build_without_a_job_is_queued_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_lets_the_worker_finish_or_hand_back() {
-    scenarios::sigterm_lets_the_worker_finish_or_hand_back(Embedded).await;
+async fn sigterm_lets_the_worker_finish_its_job() {
+    scenarios::sigterm_lets_the_worker_finish_its_job(Embedded).await;
 }
 
 /// Embedded only: the failure is injected through the local object directory.

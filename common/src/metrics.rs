@@ -129,7 +129,10 @@ pub static RELEASE_ATTEMPTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub static JOBS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
         IntCounterVec::new(
-            Opts::new("kiln_jobs_total", "Build jobs finished by outcome"),
+            Opts::new(
+                "kiln_jobs_total",
+                "Build jobs finished by outcome (published, failed, retried, already-published, already-failed)",
+            ),
             &["outcome"],
         )
         .unwrap(),

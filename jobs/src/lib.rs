@@ -31,36 +31,67 @@ pub const STAGES: &[&str] = &[
 /// kept so that jobs queued by an older process are consumed by a newer one.
 pub const QUEUE: &str = "kiln_worker::job::ProcessBuild";
 
-/// The queued job: only the build's id; everything else is read from the database.
+/// The queued job: the build's id and which attempt this is; everything else is read from
+/// the database.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProcessBuild {
     pub build_id: String,
+    /// 1 for the first attempt; a transient failure queues the next one ([`enqueue_retry`]).
+    /// Missing (0) in jobs queued before retries went through the queue: counts as 1.
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 /// Puts a build on the queue, then clears its `queue_pending` mark. A process stopped between
 /// the build's commit and this push leaves the mark set: [`requeue_orphans`] pushes it later.
 /// A second push of the same build is harmless (a job finds it published, or repeats it).
 pub async fn enqueue(db: &Db, build_id: &str) -> Result<(), BoxDynError> {
-    let job = ProcessBuild {
+    push(db, build_id, 1, None).await?;
+    if let Err(e) = db.mark_build_queued(build_id).await {
+        // Pushed: at worst the sweep pushes it once more.
+        tracing::warn!(build_id, error = %e, "build queued, but its mark stays set");
+    }
+    Ok(())
+}
+
+/// Queues attempt `attempt` of a build to run after `delay`: how a transient failure is
+/// retried with backoff without a worker slot held through the wait.
+pub async fn enqueue_retry(
+    db: &Db,
+    build_id: &str,
+    attempt: u32,
+    delay: Duration,
+) -> Result<(), BoxDynError> {
+    push(db, build_id, attempt, Some(delay)).await
+}
+
+async fn push(
+    db: &Db,
+    build_id: &str,
+    attempt: u32,
+    delay: Option<Duration>,
+) -> Result<(), BoxDynError> {
+    let mut task = TaskBuilder::new(ProcessBuild {
         build_id: build_id.to_string(),
-    };
+        attempt,
+    });
+    if let Some(delay) = delay {
+        task = task.run_after(delay);
+    }
+    let task = task.build();
     match &db.queue {
         QueuePool::Sqlite(pool) => {
             SqliteStorage::<ProcessBuild>::new(pool)
                 .with_config(apalis_sqlite::Config::default().queue(QUEUE))
-                .push(job)
+                .push_task(task)
                 .await?
         }
         QueuePool::Postgres(pool) => {
             PostgresStorage::<ProcessBuild>::new(pool)
                 .with_config(apalis_postgres::Config::default().queue(QUEUE))
-                .push(job)
+                .push_task(task)
                 .await?
         }
-    }
-    if let Err(e) = db.mark_build_queued(build_id).await {
-        // Pushed: at worst the sweep pushes it once more.
-        tracing::warn!(build_id, error = %e, "build queued, but its mark stays set");
     }
     Ok(())
 }

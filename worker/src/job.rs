@@ -2,7 +2,9 @@
 //!
 //! This layer only orchestrates. It owns the I/O the stages must not do (database, object
 //! store, the async runtime) and the policy around failures: permanent ones end the build at
-//! once; transient ones are retried with backoff and end it after the retry limit.
+//! once; transient ones queue the build's next attempt with a backoff (a job of its own, so
+//! no slot is held through the wait) and end it after the retry limit. `publish` is observed
+//! like every stage of the pipeline.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -172,49 +174,62 @@ async fn process_build(
     }
     metrics::WORKER_JOBS_RUNNING.inc();
     let _running = Running;
-    let mut last_error = String::new();
-    for attempt in 1..=context.transient_retries.max(1) {
-        match run_once(&context, &id).await {
-            Ok(outcome) => {
-                metrics::JOBS.with_label_values(&[outcome]).inc();
-                return Ok(());
-            }
-            Err(JobError::Permanent(reason)) => {
-                tracing::warn!(build_id = %id, %reason, "build failed");
-                context
-                    .db
-                    .set_build_status(&id, BuildStatus::Failed, Some(&reason))
-                    .await?;
-                metrics::JOBS.with_label_values(&["failed"]).inc();
-                return Ok(());
-            }
-            Err(JobError::Transient(reason)) => {
-                last_error = reason;
-                if attempt < context.transient_retries {
-                    let backoff = Duration::from_millis(250 * 2u64.pow(attempt.min(6)));
-                    tracing::warn!(build_id = %id, attempt, reason = %last_error, ?backoff, "transient failure, retrying");
-                    tokio::time::sleep(backoff).await;
-                }
-            }
+    let attempt = job.attempt.max(1);
+    let attempts = context.transient_retries.max(1);
+    let failed = |reason: String| {
+        let context = context.clone();
+        let id = id.clone();
+        async move {
+            tracing::warn!(build_id = %id, %reason, "build failed");
+            context
+                .db
+                .set_build_status(&id, BuildStatus::Failed, Some(&reason))
+                .await?;
+            metrics::JOBS.with_label_values(&["failed"]).inc();
+            Ok::<(), BoxDynError>(())
+        }
+    };
+    match run_once(&context, &id).await {
+        Ok(outcome) => {
+            metrics::JOBS.with_label_values(&[outcome]).inc();
+            Ok(())
+        }
+        // A bad package: retrying the same bytes would fail the same way.
+        Err(JobError::Permanent(reason)) => failed(reason).await,
+        // Worth another attempt, later: queued again with a delay, so this worker's slot goes
+        // to other builds meanwhile (and a worker that stops during the wait loses nothing).
+        Err(JobError::Transient(reason)) if attempt < attempts => {
+            let backoff = retry_backoff(attempt);
+            tracing::warn!(build_id = %id, attempt, %reason, ?backoff, "transient failure, queued again");
+            kiln_jobs::enqueue_retry(&context.db, &id, attempt + 1, backoff).await?;
+            metrics::JOBS.with_label_values(&["retried"]).inc();
+            Ok(())
+        }
+        Err(JobError::Transient(reason)) => {
+            failed(format!("gave up after {attempts} attempts: {reason}")).await
         }
     }
-    let reason = format!(
-        "gave up after {} attempts: {last_error}",
-        context.transient_retries.max(1)
-    );
-    tracing::error!(build_id = %id, %reason, "build failed");
-    context
-        .db
-        .set_build_status(&id, BuildStatus::Failed, Some(&reason))
-        .await?;
-    metrics::JOBS.with_label_values(&["failed"]).inc();
-    Ok(())
+}
+
+/// How long a build waits in the queue after its `attempt`-th transient failure: 0.5 s,
+/// doubling, at most 16 s (the queue schedules in whole seconds, so the first ones run as soon
+/// as a worker polls).
+fn retry_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(250 * 2u64.pow(attempt.min(6)))
 }
 
 #[derive(Debug)]
 enum JobError {
     Permanent(String),
     Transient(String),
+}
+
+impl JobError {
+    fn reason(&self) -> &str {
+        match self {
+            Self::Permanent(reason) | Self::Transient(reason) => reason,
+        }
+    }
 }
 
 impl From<DbError> for JobError {
@@ -299,7 +314,8 @@ async fn build_in(
         created_at: build.created_at.clone(),
     };
 
-    // Stage events flow from the blocking pipeline thread to one writer task.
+    // Stage events flow from the blocking pipeline thread, then from `publish` here, to one
+    // writer task: every stage, publish included, goes through the same observer.
     let (events, receiver) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_stage_events(
         context.db.clone(),
@@ -308,11 +324,10 @@ async fn build_in(
     ));
     let signer = context.signer.clone();
     let options = context.options.clone();
-    let pause = context.stage_pause;
+    let mut observer = ChannelObserver::new(events, context.stage_pause);
     let dir = work_dir.join("pipeline");
-    let prepared = tokio::task::spawn_blocking(move || {
-        let mut observer = ChannelObserver::new(events, pause);
-        pipeline::prepare(
+    let (prepared, mut observer) = tokio::task::spawn_blocking(move || {
+        let prepared = pipeline::prepare(
             &package,
             format,
             &dir,
@@ -320,51 +335,66 @@ async fn build_in(
             &signer,
             &options,
             &mut observer,
-        )
+        );
+        (prepared, observer)
     })
     .await
     .map_err(|e| JobError::Transient(format!("pipeline thread: {e}")))?;
-    let _ = writer.await;
 
-    let prepared = match prepared {
-        Ok(p) => p,
+    let outcome = match prepared {
+        Ok(prepared) => {
+            save_report(context, &build.id, &prepared.report).await?;
+            // The pause is for the pipeline's stages (tests catch a build between them); this
+            // thread is the runtime's, where a blocking sleep would stall other tasks.
+            observer.pause = Duration::ZERO;
+            publish_step(context, build, &prepared, &mut observer).await
+        }
         Err(failed) => {
             save_report(context, &build.id, &failed.report).await?;
             let reason = failed.error.to_string();
-            return Err(if failed.error.permanent {
+            Err(if failed.error.permanent {
                 JobError::Permanent(reason)
             } else {
                 JobError::Transient(reason)
-            });
+            })
         }
     };
-    save_report(context, &build.id, &prepared.report).await?;
+    drop(observer);
+    let _ = writer.await;
+    outcome
+}
 
-    // Publish: objects first, the manifest last, then the one database row naming it.
-    let db = &context.db;
-    db.update_stage(&build.id, publish::NAME, StageUpdate::Started)
-        .await?;
+/// Stage `publish`, observed like the pipeline's stages: objects first, the manifest last,
+/// the library entries, the release that makes the build live, then the one database row
+/// naming the manifest (which marks the stage done in the same transaction).
+async fn publish_step(
+    context: &JobContext,
+    build: &BuildRow,
+    prepared: &pipeline::Prepared,
+    observer: &mut ChannelObserver,
+) -> Result<&'static str, JobError> {
+    observer.started(publish::NAME);
     let started = std::time::Instant::now();
-    let published = execute_plan(&context.storage, &prepared.plan, &mut |done| {
-        let db = db.clone();
-        let id = build.id.clone();
-        async move {
-            let _ = db
-                .update_stage(&id, publish::NAME, StageUpdate::Progress(done))
-                .await;
-        }
-    })
-    .await;
-    if let Err(e) = published {
-        let reason = e.to_string();
-        let _ = db
-            .update_stage(&build.id, publish::NAME, StageUpdate::Failed(&reason))
-            .await;
-        metrics::STAGE_DURATION
-            .with_label_values(&[publish::NAME, "failed"])
-            .observe(started.elapsed().as_secs_f64());
-        return Err(e.into());
+    let result = publish_build(context, build, prepared, observer).await;
+    match &result {
+        Ok(_) => observer.succeeded(publish::NAME, started.elapsed()),
+        Err(e) => observer.failed(publish::NAME, started.elapsed(), e.reason()),
     }
+    result
+}
+
+async fn publish_build(
+    context: &JobContext,
+    build: &BuildRow,
+    prepared: &pipeline::Prepared,
+    observer: &mut ChannelObserver,
+) -> Result<&'static str, JobError> {
+    let db = &context.db;
+    execute_plan(&context.storage, &prepared.plan, &mut |done| {
+        observer.progress(publish::NAME, done);
+        async {}
+    })
+    .await?;
     let signed = &prepared.signed;
     let library: Vec<LibraryFile> = prepared
         .engines
@@ -408,9 +438,6 @@ async fn build_in(
         publish::NAME,
     )
     .await?;
-    metrics::STAGE_DURATION
-        .with_label_values(&[publish::NAME, "succeeded"])
-        .observe(started.elapsed().as_secs_f64());
     tracing::info!(build_id = %build.id, manifest = %signed.key, files = signed.manifest.files.len(), "build published");
     Ok("published")
 }
