@@ -13,7 +13,7 @@ use kiln_stages::gltf::read_path;
 const TIMES_PER_CLIP: usize = 40;
 
 #[test]
-fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
+fn evaluator_agrees_with_three_js_to_5e7_of_the_model_size() {
     let mut checked = 0;
     let mut report = Vec::new();
     for model in support::models() {
@@ -68,11 +68,16 @@ fn evaluator_agrees_with_three_js_to_1e5_of_the_model_size() {
             "{}: {vertices} vertices, max |kiln − three| = {relative:.2e} of the diagonal",
             model.display()
         ));
-        assert!(relative <= 1e-5, "{}", report.last().unwrap());
+        // The README's figure: agreement within 5e-7 of the diagonal (f32 three.js against
+        // f64 here; the corpus' worst is 2.5e-7).
+        assert!(relative <= 5e-7, "{}", report.last().unwrap());
         checked += 1;
     }
     eprintln!("{}", report.join("\n"));
     assert!(checked > 0);
+    if support::shared_assets().is_dir() {
+        assert!(checked >= 15, "only {checked} animated models checked");
+    }
 }
 
 /// The stage alone (geometry untouched) on every animated model: our metric and three.js'

@@ -245,7 +245,10 @@ async fn run_row(args: &Args, server: &Server, batch: usize) -> anyhow::Result<R
     }
     let seconds = start.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
-    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    let pick = |q: f64| {
+        let at = (latencies.len().saturating_sub(1) as f64 * q) as usize;
+        latencies.get(at).copied().unwrap_or(f64::NAN)
+    };
     let drain = Instant::now();
     let mut stored = 0;
     while drain.elapsed() < Duration::from_secs(120) {
@@ -315,6 +318,20 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             }
             let r = r?;
+            // No speed is asserted, but a row must have measured something: beacons accepted,
+            // and every accepted event stored once the writer caught up.
+            anyhow::ensure!(
+                r.accepted_events > 0,
+                "{name}, ack {ack}: no beacon was accepted ({} requests failed)",
+                r.failed_requests
+            );
+            anyhow::ensure!(
+                r.stored >= r.accepted_events as i64,
+                "{name}, ack {ack}: {} of {} accepted events stored after {:.0} s",
+                r.stored,
+                r.accepted_events,
+                r.drain_seconds
+            );
             let rate = r.accepted_events as f64 / r.seconds;
             // Sustained: everything stored, over the load plus the time the writer needed after.
             let written = r.stored as f64 / (r.seconds + r.drain_seconds);

@@ -1568,4 +1568,52 @@ mod tests {
             assert!(err.to_string().contains(expected), "{expected}: {err}");
         }
     }
+
+    /// The pass quantizes, not only drops keys: a rotation track comes out as normalized
+    /// 16-bit integers (seed 000), smaller than its floats, within the tolerance.
+    #[test]
+    fn rotations_come_out_quantized_and_smaller() {
+        let mut f = Fixture::new(vec![json!({}), json!({"translation": [0, 1, 0]})], 1.0);
+        let times: Vec<f32> = (0..61).map(|k| k as f32 / 30.0).collect();
+        let values: Vec<f32> = times
+            .iter()
+            .flat_map(|t| {
+                let half = 0.4 * (t * std::f32::consts::TAU).sin();
+                [0.0, half.sin(), 0.0, half.cos()]
+            })
+            .collect();
+        f.clip(0, "rotation", "LINEAR", &times, &values);
+        let source = f.asset();
+        // A budget 16-bit rotations fit in (at 5e-5 this small rig keeps its floats, which
+        // `channels_float` reports).
+        let options = AnimationOptions {
+            tolerance: Tolerance::Relative(1e-3),
+            ..AnimationOptions::default()
+        };
+        let compressed = compress_animations(&source, &options).unwrap();
+        let (rig, clips) = compare(
+            &source,
+            &compressed.asset,
+            &MetricOptions::default(),
+            None,
+            1e-3,
+        )
+        .unwrap();
+        assert!(clips.iter().all(|c| c.max <= 1e-3 * rig.diagonal));
+        let (out, report) = (compressed.asset, compressed.report);
+        assert_eq!(report.clips[0].channels_float, 0, "{report:?}");
+        assert!(report.bytes_after < report.bytes_before, "{report:?}");
+        let animation = &out.array("animations")[0];
+        let (sampler, _) = animation["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["target"]["path"] == "rotation")
+            .map(|c| (c["sampler"].as_u64().unwrap() as usize, ()))
+            .expect("the rotation channel is kept");
+        let output = animation["samplers"][sampler]["output"].as_u64().unwrap() as usize;
+        let accessor = &out.array("accessors")[output];
+        assert_eq!(accessor["componentType"], SHORT, "{accessor}");
+        assert_eq!(accessor["normalized"], true, "{accessor}");
+    }
 }

@@ -161,6 +161,13 @@ async function main() {
       screenshot,
       page_errors: pageErrors.slice(0, 10),
     })}\n`);
+    // A benchmark asserts no speed, but that it measured something: every run drew frames,
+    // and no page threw.
+    const empty = results.filter((r) => !(r.frames > 0));
+    if (pageErrors.length || empty.length || results.length === 0) {
+      process.stderr.write(`crowd-perf.mjs: ${results.length} runs, ${empty.length} without frames (${empty.map((r) => `${r.mode} n=${r.n}`).join(', ')}), ${pageErrors.length} page errors: ${pageErrors.slice(0, 3).join(' | ')}\n`);
+      process.exitCode = 1;
+    }
   } finally {
     await browser.close();
     server.stop();

@@ -649,4 +649,42 @@ mod tests {
         let err = optimize_model(&bytes, &NoResources, &GeometryOptions::default()).unwrap_err();
         assert!(err.to_string().contains("NaN"), "{err}");
     }
+
+    /// Seed 000's sparse accessors: a morph target that moves few vertices is stored sparse
+    /// (indices and values of the moved ones only), and only when the option allows it.
+    #[test]
+    fn a_morph_target_that_moves_few_vertices_is_stored_sparse() {
+        let mut asset = crate::animation::test_models::skinned_tube(16, 8);
+        let position = asset.json["meshes"][0]["primitives"][0]["attributes"]["POSITION"]
+            .as_u64()
+            .unwrap() as usize;
+        let count = accessors::read_f32(&asset, position).unwrap().0.count;
+        let mut deltas = vec![0f32; count * 3];
+        deltas[1] = 0.3;
+        deltas[3 * 40 + 1] = 0.2;
+        let target =
+            accessors::push_floats(&mut asset, &deltas, 3, Some(accessors::ARRAY_BUFFER), true);
+        asset.json["meshes"][0]["primitives"][0]["targets"][0]["POSITION"] = json!(target);
+        let glb = asset.to_glb();
+        let sparse_of = |options: &GeometryOptions| {
+            let out = optimize_model(&glb, &NoResources, options).unwrap();
+            let q = Asset::read(&out.quantized, &NoResources).unwrap();
+            let t = q.json["meshes"][0]["primitives"][0]["targets"][0]["POSITION"]
+                .as_u64()
+                .unwrap() as usize;
+            (
+                out.report.sparse_targets,
+                q.json["accessors"][t].get("sparse").cloned(),
+            )
+        };
+        let (targets, sparse) = sparse_of(&GeometryOptions::default());
+        assert_eq!(targets, 1);
+        let sparse = sparse.expect("a sparse accessor");
+        assert_eq!(sparse["count"], 2, "{sparse}");
+        let (targets, sparse) = sparse_of(&GeometryOptions {
+            sparse_morph_targets: false,
+            ..GeometryOptions::default()
+        });
+        assert_eq!((targets, sparse), (0, None));
+    }
 }
