@@ -8,6 +8,7 @@ pub mod ingest;
 pub mod openapi;
 pub mod play_index;
 pub mod routes;
+pub mod uploads;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

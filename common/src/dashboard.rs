@@ -234,6 +234,58 @@ pub fn roi(entry: &LibraryRow) -> f64 {
     }
 }
 
+/// The library as its gauges show it: size, entries below the ROI floor, and per engine
+/// version (several builds of one version, different bytes, add up; games counted per entry)
+/// bytes stored, games, and bytes saved over bytes stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LibrarySummary {
+    pub entries: i64,
+    pub bytes_stored: i64,
+    pub retirement_candidates: i64,
+    pub versions: Vec<VersionSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionSummary {
+    pub engine: String,
+    pub version: String,
+    pub bytes: i64,
+    pub games: i64,
+    pub roi: f64,
+}
+
+pub fn library_summary(entries: &[LibraryRow], min_roi: f64) -> LibrarySummary {
+    let mut versions: std::collections::BTreeMap<(&str, &str), (i64, i64, i64)> =
+        Default::default();
+    for e in entries {
+        let v = versions.entry((&e.engine, &e.version)).or_default();
+        v.0 += e.size;
+        v.1 = v.1.max(e.games);
+        v.2 += bytes_saved(e);
+    }
+    LibrarySummary {
+        entries: entries.len() as i64,
+        bytes_stored: entries.iter().map(|e| e.size).sum(),
+        retirement_candidates: entries.iter().filter(|e| roi(e) < min_roi).count() as i64,
+        versions: versions
+            .into_iter()
+            .map(
+                |((engine, version), (bytes, games, saved))| VersionSummary {
+                    engine: engine.to_string(),
+                    version: version.to_string(),
+                    bytes,
+                    games,
+                    roi: if bytes > 0 {
+                        saved as f64 / bytes as f64
+                    } else {
+                        0.0
+                    },
+                },
+            )
+            .collect(),
+    }
+}
+
 pub fn build(
     games: Vec<String>,
     game: Option<String>,

@@ -97,42 +97,26 @@ pub async fn openapi() -> Response {
     Json(crate::openapi::ApiDoc::openapi()).into_response()
 }
 
-/// The library's size, reuse and ROI per engine version, from the database.
+/// The library's size, reuse and ROI per engine version (`dashboard::library_summary`), as
+/// gauges.
 fn library_gauges(entries: &[kiln_common::db::LibraryRow], min_roi: f64) {
-    use std::collections::BTreeMap;
-    metrics::LIBRARY_ENTRIES.set(entries.len() as i64);
-    metrics::LIBRARY_BYTES_STORED.set(entries.iter().map(|e| e.size).sum());
-    metrics::LIBRARY_RETIREMENT_CANDIDATES.set(
-        entries
-            .iter()
-            .filter(|e| kiln_common::dashboard::roi(e) < min_roi)
-            .count() as i64,
-    );
-    // Several builds of one version (different bytes) add up; games are counted per entry.
-    let mut versions: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
-    for e in entries {
-        let v = versions.entry((&e.engine, &e.version)).or_default();
-        v.0 += e.size;
-        v.1 = v.1.max(e.games);
-        v.2 += kiln_common::dashboard::bytes_saved(e);
-    }
+    let summary = kiln_common::dashboard::library_summary(entries, min_roi);
+    metrics::LIBRARY_ENTRIES.set(summary.entries);
+    metrics::LIBRARY_BYTES_STORED.set(summary.bytes_stored);
+    metrics::LIBRARY_RETIREMENT_CANDIDATES.set(summary.retirement_candidates);
     metrics::LIBRARY_VERSION_BYTES.reset();
     metrics::LIBRARY_VERSION_GAMES.reset();
     metrics::LIBRARY_VERSION_ROI.reset();
-    for ((engine, version), (bytes, games, saved)) in versions {
-        let labels = [engine, version];
+    for v in &summary.versions {
+        let labels = [v.engine.as_str(), v.version.as_str()];
         metrics::LIBRARY_VERSION_BYTES
             .with_label_values(&labels)
-            .set(bytes);
+            .set(v.bytes);
         metrics::LIBRARY_VERSION_GAMES
             .with_label_values(&labels)
-            .set(games);
+            .set(v.games);
         metrics::LIBRARY_VERSION_ROI
             .with_label_values(&labels)
-            .set(if bytes > 0 {
-                saved as f64 / bytes as f64
-            } else {
-                0.0
-            });
+            .set(v.roi);
     }
 }

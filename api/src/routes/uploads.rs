@@ -1,27 +1,21 @@
-//! `POST /v1/games/{game}/builds`: stream a package into object storage, then queue it.
-//!
-//! The body goes to the store chunk by chunk while its SHA-256 is computed, so memory stays
-//! flat whatever the size. Only when the object is stored and the build row committed does
-//! the client get `202`.
+//! `POST /v1/games/{game}/builds`: HTTP in and out of the upload use case (`crate::uploads`:
+//! refuse, store while hashing, record, queue). Here: the request's shape (names, version,
+//! Content-Type, Content-Length, Idempotency-Key), the concurrent-upload slots, reading what a
+//! client still sends after an early answer, and each refusal's status. The client gets `202`
+//! only once the package is stored and the build row committed.
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use bytes::Bytes;
 use futures::StreamExt;
-use kiln_common::db::{Inserted, NewBuild};
-use kiln_common::keys;
-use kiln_common::metrics;
 use kiln_common::package::PackageFormat;
-use kiln_common::storage::StorageError;
-use kiln_jobs::STAGES;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::auth::Team;
 use crate::error::{ApiError, ApiPath, ApiQuery, ApiResult};
+use crate::uploads::{self, Accepted, Upload, UploadError};
 
 #[derive(Deserialize, utoipa::IntoParams)]
 pub struct UploadQuery {
@@ -82,24 +76,6 @@ fn format_from_content_type(headers: &HeaderMap) -> ApiResult<PackageFormat> {
         )),
     }
 }
-
-/// Why the body stream stopped early.
-#[derive(Debug)]
-enum BodyStop {
-    TooLarge(u64),
-    Client(String),
-}
-
-impl std::fmt::Display for BodyStop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::TooLarge(limit) => write!(f, "package larger than the {limit}-byte limit"),
-            Self::Client(e) => write!(f, "upload interrupted: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BodyStop {}
 
 #[utoipa::path(
     post,
@@ -207,149 +183,64 @@ async fn receive(
         ));
     }
 
-    // Another team's game is refused before the body is read. Nobody's game is claimed
-    // only with the build row, once the body passed every check (a rejected upload claims
-    // nothing: `Db::insert_build`).
-    if state
-        .db
-        .game_team(&game)
-        .await?
-        .is_some_and(|owner| owner != team)
+    let upload = Upload {
+        team: &team,
+        game: &game,
+        version: &query.version,
+        format,
+        idempotency_key: idempotency_key.as_deref(),
+        limit,
+    };
+    // Another team's game, or a replayed key: answered before the body is read.
+    if let Some(existing) = uploads::before_the_body(&state.db, &upload)
+        .await
+        .map_err(refused)?
     {
-        return Err(not_owner(&game));
+        return Ok(answer(&state, existing));
     }
-    if let Some(key) = &idempotency_key
-        && let Some(existing) = state.db.build_by_idempotency_key(&team, &game, key).await?
-    {
-        return Ok((
-            StatusCode::OK,
-            Json(response(&state, &existing.id, &existing.status, true)),
-        ));
-    }
-
     let _slot = state
         .upload_slots
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::unavailable("too many uploads in progress; retry shortly"))?;
-
-    // Look at the first bytes before storing anything: the format must be what was declared.
-    let mut stream = body
+    let stream = body
         .take()
         .expect("the body is read once")
         .into_data_stream();
-    let mut head = Vec::new();
-    while head.len() < 4 {
-        match stream.next().await {
-            Some(Ok(chunk)) => head.extend_from_slice(&chunk),
-            Some(Err(e)) => return Err(ApiError::bad_request(format!("upload interrupted: {e}"))),
-            None => break,
-        }
-    }
-    match PackageFormat::sniff(&head) {
-        Some(found) if found == format => {}
-        Some(found) => {
-            return Err(ApiError::bad_request(format!(
-                "Content-Type says {format} but the body is a {found} package"
-            )));
-        }
-        None => {
-            return Err(ApiError::bad_request(format!(
-                "body is not a {format} package (its first bytes are not a {format} signature)"
-            )));
-        }
-    }
+    let accepted = uploads::accept(&state.db, &state.storage, &upload, stream)
+        .await
+        .map_err(refused)?;
+    Ok(answer(&state, accepted))
+}
 
-    let build_id = uuid::Uuid::now_v7().to_string();
-    let package_key = keys::package_key(&build_id, format.extension());
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    let head_chunk = futures::stream::once(async move { Ok::<_, axum::Error>(Bytes::from(head)) });
-    let counted = head_chunk.chain(stream).map(|chunk| {
-        let chunk = chunk.map_err(|e| std::io::Error::other(BodyStop::Client(e.to_string())))?;
-        size += chunk.len() as u64;
-        if size > limit {
-            return Err(std::io::Error::other(BodyStop::TooLarge(limit)));
-        }
-        hasher.update(&chunk);
-        metrics::UPLOAD_BYTES.inc_by(chunk.len() as u64);
-        Ok(chunk)
-    });
-    match state.storage.put_stream(&package_key, counted).await {
-        Ok(_) => {}
-        Err(StorageError::Source(e)) => {
-            let _ = state.storage.delete(&package_key).await;
-            return Err(
-                match e
-                    .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<BodyStop>())
-                {
-                    Some(BodyStop::TooLarge(limit)) => too_large(*limit),
-                    _ => ApiError::bad_request(format!("upload interrupted: {e}")),
-                },
-            );
-        }
-        Err(e) => {
-            let _ = state.storage.delete(&package_key).await;
-            return Err(e.into());
-        }
-    }
-    let sha256 = hex::encode(hasher.finalize());
-
-    let inserted = state
-        .db
-        .insert_build(
-            NewBuild {
-                id: &build_id,
-                team_id: &team,
-                game: &game,
-                version: &query.version,
-                package_key: &package_key,
-                package_format: format.extension(),
-                package_sha256: &sha256,
-                package_size: size as i64,
-                idempotency_key: idempotency_key.as_deref(),
-            },
-            STAGES,
-        )
-        .await;
-    let build = match inserted {
-        Ok(Inserted::New(build)) => build,
-        Ok(Inserted::Existing(existing)) => {
-            // Same bytes for the same game and version: keep the first upload only.
-            let _ = state.storage.delete(&package_key).await;
-            return Ok((
-                StatusCode::OK,
-                Json(response(&state, &existing.id, &existing.status, true)),
-            ));
-        }
-        Ok(Inserted::NotOwner) => {
-            // Another team claimed the name while this body was streaming.
-            let _ = state.storage.delete(&package_key).await;
-            return Err(not_owner(&game));
-        }
-        Err(e) => {
-            let _ = state.storage.delete(&package_key).await;
-            return Err(e.into());
-        }
+/// `202` for a new build, `200` for the one these bytes or this key made before.
+fn answer(state: &AppState, accepted: Accepted) -> (StatusCode, Json<UploadResponse>) {
+    let status = if accepted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
     };
-    if let Err(e) = kiln_jobs::enqueue(&state.db, &build.id).await {
-        let reason = format!("could not queue the build: {e}");
-        let _ = state
-            .db
-            .set_build_status(
-                &build.id,
-                kiln_common::db::BuildStatus::Failed,
-                Some(&reason),
-            )
-            .await;
-        return Err(ApiError::unavailable(reason));
+    let body = response(
+        state,
+        &accepted.build_id,
+        &accepted.status,
+        accepted.existing,
+    );
+    (status, Json(body))
+}
+
+/// Each refusal of the use case, as the status its cause deserves.
+fn refused(error: UploadError) -> ApiError {
+    match error {
+        UploadError::NotOwner(game) => not_owner(&game),
+        UploadError::TooLarge(limit) => too_large(limit),
+        e @ (UploadError::Interrupted(_)
+        | UploadError::FormatMismatch { .. }
+        | UploadError::NotAPackage(_)) => ApiError::bad_request(e.to_string()),
+        e @ UploadError::Queue(_) => ApiError::unavailable(e.to_string()),
+        UploadError::Db(e) => e.into(),
+        UploadError::Storage(e) => e.into(),
     }
-    tracing::info!(build_id = %build.id, %game, version = %query.version, bytes = size, %sha256, "package stored and queued");
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(response(&state, &build.id, &build.status, false)),
-    ))
 }
 
 fn not_owner(game: &str) -> ApiError {
