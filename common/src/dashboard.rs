@@ -562,3 +562,50 @@ fn pipeline(rows: &Rows) -> Pipeline {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod library_summary_tests {
+    use super::*;
+
+    fn entry(sha: &str, version: &str, size: i64, games: i64, shared_hits: i64) -> LibraryRow {
+        LibraryRow {
+            sha256: sha.into(),
+            engine: "three".into(),
+            version: version.into(),
+            size,
+            object_key: format!("library/{sha}.js"),
+            first_build_id: "b".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            games,
+            builds: games,
+            live_games: games,
+            hits: shared_hits,
+            misses: 0,
+            fallbacks: 0,
+            br_size: size / 4,
+            shared_hits,
+        }
+    }
+
+    /// Two builds of one version add up (bytes and savings), games are the most any entry
+    /// has; an entry below the ROI floor is a retirement candidate.
+    #[test]
+    fn versions_add_up_and_low_roi_entries_are_counted() {
+        let entries = [
+            entry("a", "0.160.0", 400, 2, 40),
+            entry("b", "0.160.0", 800, 3, 0),
+            entry("c", "0.150.0", 100, 1, 0),
+        ];
+        let s = library_summary(&entries, 10.0);
+        assert_eq!(
+            (s.entries, s.bytes_stored, s.retirement_candidates),
+            (3, 1300, 2)
+        );
+        let v160 = s.versions.iter().find(|v| v.version == "0.160.0").unwrap();
+        assert_eq!((v160.bytes, v160.games), (1200, 3));
+        // 40 shared hits × 100 brotli bytes over 1 200 bytes stored.
+        assert!((v160.roi - 4000.0 / 1200.0).abs() < 1e-12);
+        let v150 = s.versions.iter().find(|v| v.version == "0.150.0").unwrap();
+        assert_eq!(v150.roi, 0.0);
+    }
+}
