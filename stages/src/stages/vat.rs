@@ -21,7 +21,7 @@ use crate::animation::deform::unit;
 use crate::animation::metric::read_clips;
 use crate::animation::{Clip, Deformer, Path, Rig};
 use crate::gltf::{Asset, GltfError, accessors};
-use crate::ir::{FileKind, FileTree, Inventory, TreeFile, TreeResources, VatBaked};
+use crate::ir::{FileTree, Inventory, VatBaked};
 
 pub mod reader;
 pub mod shaders;
@@ -1171,33 +1171,20 @@ pub fn run(
 ) -> Result<(FileTree, VatReport), VatRunError> {
     let mut tree = tree.clone();
     let mut report = VatReport::default();
-    for entry in &inventory.entries {
-        if !matches!(entry.kind, FileKind::Glb | FileKind::Gltf)
-            || entry.error.is_some()
-            || entry.used_by.is_some()
-        {
-            continue;
-        }
+    for entry in super::game_models(inventory) {
         let Some(options) = selection.options_for(&entry.path) else {
             continue;
         };
-        let io = |source| VatRunError {
-            path: entry.path.clone(),
-            source,
-        };
-        let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
-        let resources = TreeResources {
-            tree: &tree,
-            model: &entry.path,
-        };
-        // A panic is a bug in Kiln that this file found: that file is not baked, the build
-        // goes on.
-        let baked = crate::gltf::guard_model(|| {
-            Asset::read(&bytes, &resources)
+        let baked = super::with_model(&tree, entry, |bytes, resources| {
+            Asset::read(bytes, resources)
                 .map_err(VatError::from)
                 .and_then(|asset| bake_model(&asset, &entry.path, options))
                 .map_err(|e| e.to_string())
-        });
+        })
+        .map_err(|source| VatRunError {
+            path: entry.path.clone(),
+            source,
+        })?;
         let bake = match baked {
             Ok(b) => b,
             Err(e) => {
@@ -1235,19 +1222,10 @@ pub fn run(
         for mesh in &bake.meshes {
             for (name, data) in &mesh.files {
                 let path = format!("{base}/{}/{name}", mesh.folder);
-                let full = tree.root.join(&path);
-                let write = full
-                    .parent()
-                    .map_or(Ok(()), std::fs::create_dir_all)
-                    .and_then(|_| std::fs::write(&full, data));
-                write.map_err(|source| VatRunError {
+                super::add_file(&mut tree, &path, data).map_err(|source| VatRunError {
                     path: path.clone(),
                     source,
                 })?;
-                tree.files.push(TreeFile {
-                    path,
-                    size: data.len() as u64,
-                });
             }
             baked.push(format!("{base}/{}/vat.json", mesh.folder));
         }

@@ -33,9 +33,7 @@ use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
 use super::animation::{AnimationOptions, AnimationReport, compress_animations};
 pub use crate::ir::variant_path;
-use crate::ir::{
-    FileKind, FileTree, Inventory, InventoryEntry, ModelPaths, TreeFile, TreeResources,
-};
+use crate::ir::{FileTree, Inventory, InventoryEntry, ModelPaths};
 
 mod attributes;
 mod morph;
@@ -374,63 +372,34 @@ pub fn run(
     options: &GeometryOptions,
     progress: &mut dyn FnMut(f64),
 ) -> Result<(FileTree, Vec<ModelOutcome>, GeometryReport), GeometryError> {
-    let models: Vec<&InventoryEntry> = inventory
-        .entries
-        .iter()
-        // Files another stage made from a model (VAT meshes) are not models of the game.
-        .filter(|e| {
-            matches!(e.kind, FileKind::Glb | FileKind::Gltf)
-                && e.error.is_none()
-                && e.used_by.is_none()
-        })
-        .collect();
+    let models: Vec<&InventoryEntry> = super::game_models(inventory).collect();
     let mut tree = tree.clone();
     let mut outcomes = Vec::new();
     let mut report = GeometryReport::default();
     for (n, entry) in models.iter().enumerate() {
         report.models += 1;
-        let io = |source| GeometryError::Io {
+        let read = super::with_model(&tree, entry, |bytes, resources| {
+            Ok(optimize_model(bytes, resources, options))
+        })
+        .map_err(|source| GeometryError::Io {
             path: entry.path.clone(),
             source,
+        })?;
+        let optimized = match read {
+            Ok(result) => result,
+            Err(internal) => {
+                report.failed += 1;
+                outcomes.push(ModelOutcome::Failed(entry.path.clone(), internal));
+                progress((n + 1) as f64 / models.len() as f64);
+                continue;
+            }
         };
-        let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
-        let resources = TreeResources {
-            tree: &tree,
-            model: &entry.path,
-        };
-        // A panic is a bug in Kiln that this file found: that file fails, the build goes on.
-        let optimized =
-            match crate::gltf::guard_model(|| Ok(optimize_model(&bytes, &resources, options))) {
-                Ok(result) => result,
-                Err(internal) => {
-                    report.failed += 1;
-                    outcomes.push(ModelOutcome::Failed(entry.path.clone(), internal));
-                    progress((n + 1) as f64 / models.len() as f64);
-                    continue;
-                }
-            };
         match optimized {
             Ok(model) => {
                 let quantized = variant_path(&entry.path, "quantized");
                 let meshopt = variant_path(&entry.path, "meshopt");
-                let mut added = Vec::new();
-                for (path, data) in [(&quantized, &model.quantized), (&meshopt, &model.meshopt)] {
-                    if tree.contains(path) {
-                        // The build already has a file by that name: leave both alone.
-                        continue;
-                    }
-                    std::fs::write(tree.root.join(path), data).map_err(|source| {
-                        GeometryError::Io {
-                            path: path.clone(),
-                            source,
-                        }
-                    })?;
-                    added.push(TreeFile {
-                        path: path.clone(),
-                        size: data.len() as u64,
-                    });
-                }
-                if added.len() < 2 {
+                if tree.contains(&quantized) || tree.contains(&meshopt) {
+                    // The build already has a file by a variant's name: leave it all alone.
                     outcomes.push(ModelOutcome::Kept(
                         entry.path.clone(),
                         "a file with a variant's name is already in the build".into(),
@@ -438,12 +407,17 @@ pub fn run(
                     report.kept_unchanged += 1;
                     continue;
                 }
+                for (path, data) in [(&quantized, &model.quantized), (&meshopt, &model.meshopt)] {
+                    super::add_file(&mut tree, path, data).map_err(|source| GeometryError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                }
+                tree.files.sort_by(|a, b| a.path.cmp(&b.path));
                 report.optimized += 1;
                 report.bytes_before += model.report.bytes_before;
                 report.quantized_bytes += model.report.quantized_bytes;
                 report.meshopt_bytes += model.report.meshopt_bytes;
-                tree.files.extend(added);
-                tree.files.sort_by(|a, b| a.path.cmp(&b.path));
                 outcomes.push(ModelOutcome::Optimized(Box::new(ModelVariants {
                     source: entry.path.clone(),
                     quantized,

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::animation::test_models::{Builder, skinned_tube};
+use crate::ir::TreeFile;
 
 fn fixed(encoding: VatEncoding, mode: PositionMode) -> VatOptions {
     VatOptions {
