@@ -669,7 +669,7 @@ async function killApiMidUpload() {
 /**
  * SIGKILL a replica in the one gap an upload has between two writes: its build row is
  * committed, its queue job not yet inserted (api/src/routes/uploads.rs: `insert_build`, then
- * `job::enqueue`). To land there every time rather than by luck, a trigger on the queue's
+ * `kiln_jobs::enqueue`). To land there every time rather than by luck, a trigger on the queue's
  * table (in this run's own database) holds the insert of that one upload's job for 8 s and
  * then fails it; the replica is killed while it waits. The client then retries with the same
  * Idempotency-Key, as CI would: the answer names the build, which must still get published.
