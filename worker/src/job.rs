@@ -6,7 +6,6 @@
 //! no slot is held through the wait) and end it after the retry limit. `publish` is observed
 //! like every stage of the pipeline.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,39 +17,15 @@ use kiln_common::db::{
 };
 use kiln_common::manifest::BuildIdentity;
 use kiln_common::metrics;
-use kiln_common::signing::ManifestSigner;
 use kiln_common::storage::{Storage, StorageError};
 use kiln_jobs::{ProcessBuild, requeue_orphans};
 use tokio::sync::mpsc;
 
-use kiln_stages::pipeline::{self, PipelineOptions, StageObserver};
+use kiln_stages::pipeline::{self, StageObserver};
 use kiln_stages::stages::publish::{self, PublishPlan, UploadSource};
 use kiln_stages::stages::{PackageFormat, unpack};
 
-/// What every job needs, shared by all jobs of a process.
-pub struct JobContext {
-    pub db: Db,
-    pub storage: Storage,
-    pub signer: Arc<ManifestSigner>,
-    /// Beacon tokens put into every release (`kiln_common::telemetry::BeaconSecret`).
-    pub beacon_secret: Arc<kiln_common::telemetry::BeaconSecret>,
-    pub options: PipelineOptions,
-    pub work_root: PathBuf,
-    /// Pause before each stage (`KILN_WORKER_STAGE_PAUSE_MS`): lets crash-recovery tests and
-    /// demos catch a build mid-pipeline. The job layer's observer sleeps; the pipeline knows
-    /// nothing of it.
-    pub stage_pause: Duration,
-    /// Attempts for transient failures before the build is failed.
-    pub transient_retries: u32,
-    /// How long a signed release stays valid.
-    pub manifest_ttl: Duration,
-    /// How often live releases are checked for re-signing.
-    pub resign_interval: Duration,
-    /// A queued build still without its job after this long is pushed again (`requeue_orphans`).
-    pub orphan_grace: Duration,
-    /// Decode-aware variants: bandwidths, slow classes, how often to re-decide.
-    pub variants: kiln_common::config::VariantsConfig,
-}
+pub use crate::context::JobContext;
 
 /// Runs [`requeue_orphans`] every `every` until `shutdown`.
 async fn sweep_orphans(

@@ -3,6 +3,7 @@
 //! commands (`keys.rs`), and start-up (`runtime.rs`). The queue's payload and `enqueue` are in
 //! `kiln-jobs`, which the API shares; the stages themselves are in `kiln-stages`.
 
+pub mod context;
 pub mod job;
 pub mod keys;
 pub mod release;

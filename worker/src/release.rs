@@ -34,7 +34,7 @@ use kiln_common::metrics;
 use kiln_common::storage::StorageError;
 use kiln_common::{devices, rollups, variants};
 
-use crate::job::JobContext;
+use crate::context::JobContext;
 use kiln_stages::stages::sign;
 
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use kiln_common::db::Db;
 use kiln_common::signing::{KeyOrigin, ManifestSigner};
 use kiln_common::storage::Storage;
 
-use crate::job::JobContext;
+use crate::context::JobContext;
 use kiln_stages::pipeline::PipelineOptions;
 use kiln_stages::stages::animation::{AnimationOptions, Tolerance};
 use kiln_stages::stages::engines::{EngineOptions, EngineRules};
