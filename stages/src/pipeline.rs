@@ -241,7 +241,7 @@ pub fn prepare(
         vat::run(&tree, &inventory, &selection)
             .map_err(|e| failed(e.to_string(), Some(&e.path), e.is_permanent()))
     })?;
-    let inventory = apply_vat(&tree, &vat_report).map_err(|error| {
+    let inventory = apply_vat(&tree, &inventory, &vat_report).map_err(|error| {
         Box::new(Failed {
             error,
             report: std::mem::take(&mut report),
@@ -390,10 +390,14 @@ fn serving(report: &engines::EnginesReport, variant: Option<String>, base: &str)
     serving
 }
 
-/// Inventories the tree again (it now holds the VAT outputs): each output is marked as made
-/// from its model, and a model that could not be baked gets the reason as a warning.
-fn apply_vat(tree: &FileTree, report: &vat::VatReport) -> Result<Inventory, PipelineError> {
-    let (mut inventory, _) = inventory::run(tree).map_err(|e| PipelineError {
+/// The inventory with the VAT outputs added: each is marked as made from its model, and a
+/// model that could not be baked gets the reason as a warning.
+fn apply_vat(
+    tree: &FileTree,
+    before: &Inventory,
+    report: &vat::VatReport,
+) -> Result<Inventory, PipelineError> {
+    let mut inventory = inventory::extend(before, tree).map_err(|e| PipelineError {
         stage: vat::NAME,
         file: None,
         permanent: e.is_permanent(),
@@ -417,31 +421,19 @@ fn apply_vat(tree: &FileTree, report: &vat::VatReport) -> Result<Inventory, Pipe
     Ok(inventory)
 }
 
-/// Inventories the tree again (it now holds the variants) and notes on each model what the
-/// geometry stage did with it.
+/// The inventory with the variants added, and on each model what the geometry stage did
+/// with it.
 fn apply_geometry(
     tree: &FileTree,
     outcomes: &[ModelOutcome],
     before: &Inventory,
 ) -> Result<(Inventory, Vec<ModelVariants>), PipelineError> {
-    let (mut inventory, _) = inventory::run(tree).map_err(|e| PipelineError {
+    let mut inventory = inventory::extend(before, tree).map_err(|e| PipelineError {
         stage: geometry::NAME,
         file: None,
         permanent: e.is_permanent(),
         reason: e.to_string(),
     })?;
-    // What earlier stages noted about a file stays with it.
-    for entry in &mut inventory.entries {
-        if let Ok(i) = before.entries.binary_search_by(|e| e.path.cmp(&entry.path)) {
-            let old = &before.entries[i];
-            entry.used_by = entry.used_by.take().or_else(|| old.used_by.clone());
-            for w in &old.warnings {
-                if !entry.warnings.contains(w) {
-                    entry.warnings.push(w.clone());
-                }
-            }
-        }
-    }
     let mut models = Vec::new();
     for outcome in outcomes {
         match outcome {

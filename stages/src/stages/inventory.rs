@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ir::{FileKind, Inventory, InventoryEntry, resolve_uri};
-use crate::ir::{FileTree, read_head};
+use crate::ir::{FileTree, TreeFile, read_head};
 
 pub const NAME: &str = "inventory";
 
@@ -103,6 +103,64 @@ pub fn run(tree: &FileTree) -> Result<(Inventory, InventoryReport), InventoryErr
         *report.bytes.entry(entry.kind).or_default() += entry.size;
     }
     Ok((Inventory { entries }, report))
+}
+
+/// The inventory of a tree that only grew since `before` was taken (a stage added its
+/// outputs): what `before` says of each file it had stays as it is, with what earlier stages
+/// noted; each new file is classified alone. A stage's outputs are never `.gltf`, so they
+/// reference nothing; should one be, the whole tree is inventoried again and the earlier
+/// notes carried over.
+pub fn extend(before: &Inventory, tree: &FileTree) -> Result<Inventory, InventoryError> {
+    let known = |path: &str| {
+        before
+            .entries
+            .binary_search_by(|e| e.path.as_str().cmp(path))
+            .is_ok()
+    };
+    let new: Vec<&TreeFile> = tree.files.iter().filter(|f| !known(&f.path)).collect();
+    if new
+        .iter()
+        .any(|f| kind_by_extension(&kiln_common::keys::extension_of(&f.path)) == FileKind::Gltf)
+    {
+        let (mut inventory, _) = run(tree)?;
+        for entry in &mut inventory.entries {
+            if let Ok(i) = before.entries.binary_search_by(|e| e.path.cmp(&entry.path)) {
+                let old = &before.entries[i];
+                entry.used_by = entry.used_by.take().or_else(|| old.used_by.clone());
+                for w in &old.warnings {
+                    if !entry.warnings.contains(w) {
+                        entry.warnings.push(w.clone());
+                    }
+                }
+            }
+        }
+        return Ok(inventory);
+    }
+    let mut entries = before.entries.clone();
+    for file in new {
+        let io = |source| InventoryError::Io {
+            path: file.path.clone(),
+            source,
+        };
+        let mut entry = InventoryEntry {
+            path: file.path.clone(),
+            kind: kind_by_extension(&kiln_common::keys::extension_of(&file.path)),
+            size: file.size,
+            used_by: None,
+            error: None,
+            warnings: Vec::new(),
+        };
+        let head = read_head(&tree.absolute(file), 4).map_err(io)?;
+        if head == b"glTF" {
+            entry.kind = FileKind::Glb;
+        } else if entry.kind == FileKind::Glb {
+            entry.error = Some("has a .glb name but no glTF binary header".into());
+            entry.kind = FileKind::Other;
+        }
+        entries.push(entry);
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Inventory { entries })
 }
 
 fn kind_by_extension(ext: &str) -> FileKind {
@@ -221,5 +279,39 @@ mod tests {
             resolve_uri("a/b.gltf", "c/../x.bin").as_deref(),
             Some("a/x.bin")
         );
+    }
+
+    /// A grown tree: old entries keep what was noted on them, new files are classified,
+    /// the order stays the tree's; the same as inventorying it all again, without re-reading.
+    #[test]
+    fn extending_keeps_notes_and_classifies_new_files() {
+        let gltf = br#"{"asset":{"version":"2.0"},"buffers":[{"uri":"m.bin","byteLength":4}]}"#;
+        let (_dir, mut tree) = tree(&[("m.gltf", gltf), ("m.bin", b"\0\0\0\0")]);
+        let (mut before, _) = run(&tree).unwrap();
+        before.entries[0].warnings.push("noted by a stage".into());
+        for (path, bytes) in [
+            ("m.quantized.glb", &b"glTF...."[..]),
+            ("a.vat/x/t.png", b"png"),
+        ] {
+            std::fs::create_dir_all(tree.root.join(path).parent().unwrap()).unwrap();
+            std::fs::write(tree.root.join(path), bytes).unwrap();
+            tree.files.push(TreeFile {
+                path: path.into(),
+                size: bytes.len() as u64,
+            });
+        }
+        tree.files.sort_by(|a, b| a.path.cmp(&b.path));
+        let after = extend(&before, &tree).unwrap();
+        let paths: Vec<&str> = after.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["a.vat/x/t.png", "m.bin", "m.gltf", "m.quantized.glb"]
+        );
+        assert_eq!(after.entries[1].used_by.as_deref(), Some("m.gltf"));
+        assert_eq!(after.entries[1].warnings, ["noted by a stage"]);
+        assert_eq!(after.entries[3].kind, FileKind::Glb);
+        let (fresh, _) = run(&tree).unwrap();
+        let kinds = |i: &Inventory| i.entries.iter().map(|e| e.kind).collect::<Vec<_>>();
+        assert_eq!(kinds(&after), kinds(&fresh));
     }
 }
