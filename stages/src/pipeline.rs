@@ -1,7 +1,8 @@
 //! The pipeline's script: which stages run, in which order, and what each hands the next.
 //!
 //! `prepare` is pure (files in, files and a publish plan out) and shared by the job and by
-//! `kiln-worker process`. Adding a stage is one new file in `stages/` and one line here.
+//! `kiln-worker process`. Adding a stage: its file in `stages/`, a `step` call here, and its
+//! name in `STAGES` and `kiln_jobs::STAGES` (docs/ARCHITECTURE.md, "Adding a stage").
 
 use std::collections::BTreeMap;
 use std::path::Path;

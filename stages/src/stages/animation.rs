@@ -1345,12 +1345,27 @@ mod tests {
     /// Compresses, then measures the result with the exact metric: every sample within the
     /// tolerance, durations unchanged.
     fn compress_and_check(asset: &Asset) -> (Asset, AnimationReport) {
-        let out = compress_animations(asset, &AnimationOptions::default()).unwrap();
-        let (rig, clips) =
-            compare(asset, &out.asset, &MetricOptions::default(), None, 5e-5).unwrap();
+        compress_and_check_within(asset, AnimationOptions::DEFAULT_TOLERANCE)
+    }
+
+    /// The same at another tolerance, relative to the diagonal.
+    fn compress_and_check_within(asset: &Asset, tolerance: f64) -> (Asset, AnimationReport) {
+        let options = AnimationOptions {
+            tolerance: Tolerance::Relative(tolerance),
+            ..AnimationOptions::default()
+        };
+        let out = compress_animations(asset, &options).unwrap();
+        let (rig, clips) = compare(
+            asset,
+            &out.asset,
+            &MetricOptions::default(),
+            None,
+            tolerance,
+        )
+        .unwrap();
         for c in &clips {
             assert!(
-                c.max <= 5e-5 * rig.diagonal,
+                c.max <= tolerance * rig.diagonal,
                 "clip {}: {:.3e} of the diagonal",
                 c.index,
                 c.max_relative
@@ -1583,33 +1598,18 @@ mod tests {
             })
             .collect();
         f.clip(0, "rotation", "LINEAR", &times, &values);
-        let source = f.asset();
         // A budget 16-bit rotations fit in (at 5e-5 this small rig keeps its floats, which
         // `channels_float` reports).
-        let options = AnimationOptions {
-            tolerance: Tolerance::Relative(1e-3),
-            ..AnimationOptions::default()
-        };
-        let compressed = compress_animations(&source, &options).unwrap();
-        let (rig, clips) = compare(
-            &source,
-            &compressed.asset,
-            &MetricOptions::default(),
-            None,
-            1e-3,
-        )
-        .unwrap();
-        assert!(clips.iter().all(|c| c.max <= 1e-3 * rig.diagonal));
-        let (out, report) = (compressed.asset, compressed.report);
+        let (out, report) = compress_and_check_within(&f.asset(), 1e-3);
         assert_eq!(report.clips[0].channels_float, 0, "{report:?}");
         assert!(report.bytes_after < report.bytes_before, "{report:?}");
         let animation = &out.array("animations")[0];
-        let (sampler, _) = animation["channels"]
+        let sampler = animation["channels"]
             .as_array()
             .unwrap()
             .iter()
             .find(|c| c["target"]["path"] == "rotation")
-            .map(|c| (c["sampler"].as_u64().unwrap() as usize, ()))
+            .map(|c| c["sampler"].as_u64().unwrap() as usize)
             .expect("the rotation channel is kept");
         let output = animation["samplers"][sampler]["output"].as_u64().unwrap() as usize;
         let accessor = &out.array("accessors")[output];

@@ -40,27 +40,12 @@ pub fn run(tree: &FileTree) -> Result<(Inventory, InventoryReport), InventoryErr
     // path -> (referencing gltf, is image)
     let mut references: BTreeMap<String, (String, bool)> = BTreeMap::new();
     for file in &tree.files {
-        let io = |source| InventoryError::Io {
-            path: file.path.clone(),
-            source,
-        };
-        let ext = kiln_common::keys::extension_of(&file.path);
-        let mut entry = InventoryEntry {
-            path: file.path.clone(),
-            kind: kind_by_extension(&ext),
-            size: file.size,
-            used_by: None,
-            error: None,
-            warnings: Vec::new(),
-        };
-        let head = read_head(&tree.absolute(file), 4).map_err(io)?;
-        if head == b"glTF" {
-            entry.kind = FileKind::Glb;
-        } else if entry.kind == FileKind::Glb {
-            entry.error = Some("has a .glb name but no glTF binary header".into());
-            entry.kind = FileKind::Other;
-        } else if entry.kind == FileKind::Gltf {
-            let bytes = tree.read(file).map_err(io)?;
+        let mut entry = classify(tree, file)?;
+        if entry.kind == FileKind::Gltf {
+            let bytes = tree.read(file).map_err(|source| InventoryError::Io {
+                path: file.path.clone(),
+                source,
+            })?;
             match gltf_resources(&bytes) {
                 Ok(resources) => {
                     for (uri, is_image) in resources {
@@ -105,6 +90,31 @@ pub fn run(tree: &FileTree) -> Result<(Inventory, InventoryReport), InventoryErr
     Ok((Inventory { entries }, report))
 }
 
+/// One file by its name and, where that can lie, its first bytes: a `.glb` must carry the
+/// glTF binary header, and a file that does is a GLB whatever its name. (A `.gltf`'s
+/// references are `run`'s to resolve, across the tree.)
+fn classify(tree: &FileTree, file: &TreeFile) -> Result<InventoryEntry, InventoryError> {
+    let mut entry = InventoryEntry {
+        path: file.path.clone(),
+        kind: kind_by_extension(&kiln_common::keys::extension_of(&file.path)),
+        size: file.size,
+        used_by: None,
+        error: None,
+        warnings: Vec::new(),
+    };
+    let head = read_head(&tree.absolute(file), 4).map_err(|source| InventoryError::Io {
+        path: file.path.clone(),
+        source,
+    })?;
+    if head == b"glTF" {
+        entry.kind = FileKind::Glb;
+    } else if entry.kind == FileKind::Glb {
+        entry.error = Some("has a .glb name but no glTF binary header".into());
+        entry.kind = FileKind::Other;
+    }
+    Ok(entry)
+}
+
 /// The inventory of a tree that only grew since `before` was taken (a stage added its
 /// outputs): what `before` says of each file it had stays as it is, with what earlier stages
 /// noted; each new file is classified alone. A stage's outputs are never `.gltf`, so they
@@ -138,26 +148,7 @@ pub fn extend(before: &Inventory, tree: &FileTree) -> Result<Inventory, Inventor
     }
     let mut entries = before.entries.clone();
     for file in new {
-        let io = |source| InventoryError::Io {
-            path: file.path.clone(),
-            source,
-        };
-        let mut entry = InventoryEntry {
-            path: file.path.clone(),
-            kind: kind_by_extension(&kiln_common::keys::extension_of(&file.path)),
-            size: file.size,
-            used_by: None,
-            error: None,
-            warnings: Vec::new(),
-        };
-        let head = read_head(&tree.absolute(file), 4).map_err(io)?;
-        if head == b"glTF" {
-            entry.kind = FileKind::Glb;
-        } else if entry.kind == FileKind::Glb {
-            entry.error = Some("has a .glb name but no glTF binary header".into());
-            entry.kind = FileKind::Other;
-        }
-        entries.push(entry);
+        entries.push(classify(tree, file)?);
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Inventory { entries })
