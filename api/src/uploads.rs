@@ -86,26 +86,8 @@ pub async fn before_the_body(
     Ok(None)
 }
 
-/// Why the body stream stopped early (carried through the store's I/O error).
-#[derive(Debug)]
-enum BodyStop {
-    TooLarge(u64),
-    Client(String),
-}
-
-impl std::fmt::Display for BodyStop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::TooLarge(limit) => write!(f, "package larger than the {limit}-byte limit"),
-            Self::Client(e) => write!(f, "upload interrupted: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BodyStop {}
-
-/// Checks, stores, records and queues the package `body` carries. `stages` are the build's
-/// stages as its status lists them (`kiln_jobs::STAGES`).
+/// Checks, stores, records and queues the package `body` carries; the build's stages are
+/// `kiln_jobs::STAGES`, as its status lists them.
 pub async fn accept<S, E>(
     db: &Db,
     storage: &Storage,
@@ -144,10 +126,12 @@ where
     let limit = upload.limit;
     let head_chunk = futures::stream::once(async move { Ok::<_, E>(Bytes::from(head)) });
     let counted = head_chunk.chain(stream).map(|chunk| {
-        let chunk = chunk.map_err(|e| std::io::Error::other(BodyStop::Client(e.to_string())))?;
+        // Why the body stopped early rides through the store's I/O error as the refusal.
+        let chunk =
+            chunk.map_err(|e| std::io::Error::other(UploadError::Interrupted(e.to_string())))?;
         size += chunk.len() as u64;
         if size > limit {
-            return Err(std::io::Error::other(BodyStop::TooLarge(limit)));
+            return Err(std::io::Error::other(UploadError::TooLarge(limit)));
         }
         hasher.update(&chunk);
         metrics::UPLOAD_BYTES.inc_by(chunk.len() as u64);
@@ -160,9 +144,9 @@ where
             return Err(
                 match e
                     .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<BodyStop>())
+                    .and_then(|inner| inner.downcast_ref::<UploadError>())
                 {
-                    Some(BodyStop::TooLarge(limit)) => UploadError::TooLarge(*limit),
+                    Some(UploadError::TooLarge(limit)) => UploadError::TooLarge(*limit),
                     _ => UploadError::Interrupted(e.to_string()),
                 },
             );

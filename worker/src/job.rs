@@ -151,26 +151,16 @@ async fn process_build(
     let _running = Running;
     let attempt = job.attempt.max(1);
     let attempts = context.transient_retries.max(1);
-    let failed = |reason: String| {
-        let context = context.clone();
-        let id = id.clone();
-        async move {
-            tracing::warn!(build_id = %id, %reason, "build failed");
-            context
-                .db
-                .set_build_status(&id, BuildStatus::Failed, Some(&reason))
-                .await?;
-            metrics::JOBS.with_label_values(&["failed"]).inc();
-            Ok::<(), BoxDynError>(())
-        }
-    };
     match run_once(&context, &id).await {
         Ok(outcome) => {
             metrics::JOBS.with_label_values(&[outcome]).inc();
             Ok(())
         }
         // A bad package: retrying the same bytes would fail the same way.
-        Err(JobError::Permanent(reason)) => failed(reason).await,
+        Err(JobError::Permanent(reason)) => {
+            tracing::warn!(build_id = %id, %reason, "build failed");
+            fail_build(&context.db, &id, &reason).await
+        }
         // Worth another attempt, later: queued again with a delay, so this worker's slot goes
         // to other builds meanwhile (and a worker that stops during the wait loses nothing).
         Err(JobError::Transient(reason)) if attempt < attempts => {
@@ -181,9 +171,18 @@ async fn process_build(
             Ok(())
         }
         Err(JobError::Transient(reason)) => {
-            failed(format!("gave up after {attempts} attempts: {reason}")).await
+            let reason = format!("gave up after {attempts} attempts: {reason}");
+            tracing::error!(build_id = %id, %reason, "build failed");
+            fail_build(&context.db, &id, &reason).await
         }
     }
+}
+
+async fn fail_build(db: &Db, id: &str, reason: &str) -> Result<(), BoxDynError> {
+    db.set_build_status(id, BuildStatus::Failed, Some(reason))
+        .await?;
+    metrics::JOBS.with_label_values(&["failed"]).inc();
+    Ok(())
 }
 
 /// How long a build waits in the queue after its `attempt`-th transient failure: 0.5 s,

@@ -101,17 +101,16 @@ enum Command {
         source: PathBuf,
         compressed: PathBuf,
         /// Tolerance relative to the model's bounding-box diagonal [default: the animation
-        /// pass's, 5e-5].
+        /// pass's].
         #[arg(long)]
         tolerance: Option<f64>,
         /// Absolute tolerance in model units (overrides --tolerance).
         #[arg(long)]
         tolerance_abs: Option<f64>,
-        /// Shell radius for virtual vertices, relative to the diagonal [default: the metric's,
-        /// 0.015].
+        /// Shell radius for virtual vertices, relative to the diagonal [default: the metric's].
         #[arg(long)]
         shell: Option<f64>,
-        /// Samples per source key interval [default: the metric's, 4].
+        /// Samples per source key interval [default: the metric's].
         #[arg(long)]
         rate_multiplier: Option<f64>,
         /// Print JSON instead of a table.
@@ -617,7 +616,11 @@ fn vat_command(
     }
     // Textures the model references by URI are referenced, not copied: from beside the model
     // (OUT = MODEL.vat, as the pipeline writes it) they resolve.
-    let model_dir = model.parent().unwrap_or(Path::new("."));
+    // `Fox.glb`'s parent is the empty path, which is the current folder.
+    let model_dir = model
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let images_reached = out
         .join(bake.meshes.first().map_or("", |m| m.folder.as_str()))
         .join(vat::MESH_TO_MODEL)
