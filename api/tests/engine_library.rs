@@ -100,6 +100,9 @@ async fn engine_library_in_a_real_browser() {
     // Workers re-decide per-class variants every second here (60 s by default).
     let kiln = Kiln::start_with(Deployment::Embedded, |c| {
         c.variants.refresh_secs = 1;
+        // No load explores another variant: decode-e2e checks that a page loads the variant
+        // its class manifest chose (by default 50 ‰ of loads would try the other one).
+        c.variants.explore_per_mille = 0;
         c.telemetry.client_ip_header = "x-real-ip".into();
     })
     .await;

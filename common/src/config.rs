@@ -2,6 +2,7 @@
 //!
 //! `Config::default()` is the only place defaults live; the README's table is written from it.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -33,7 +34,7 @@ pub struct Config {
     pub unpack: UnpackLimits,
     pub worker: WorkerConfig,
     pub animation: AnimationConfig,
-    pub vat: VatConfig,
+    pub vat: VatSettings,
     pub library: LibraryConfig,
     pub telemetry: TelemetryConfig,
     pub variants: VariantsConfig,
@@ -147,7 +148,7 @@ impl Default for Config {
             unpack: UnpackLimits::default(),
             worker: WorkerConfig::default(),
             animation: AnimationConfig::default(),
-            vat: VatConfig::default(),
+            vat: VatSettings::default(),
             library: LibraryConfig::default(),
             telemetry: TelemetryConfig::default(),
             variants: VariantsConfig::default(),
@@ -217,15 +218,16 @@ pub struct AnimationConfig {
     pub weight_bits: Option<u32>,
 }
 
-/// The VAT stage (vertex animation textures). A build asks for it in its own `kiln.toml`;
-/// `files` here bakes models of every build. The rest are overrides on top of the stage's own
-/// defaults (`VatOptions::default()` in kiln-stages, the only place they are written), read
-/// through the same `VatSettings` as a build's `[vat]`; an unset field keeps the default.
+/// The VAT stage's settings (vertex animation textures): the server's `[vat]` and a build's
+/// `kiln.toml` `[vat]` are both this. `files` are the models to bake (the server's: in every
+/// build; a build's own are added); the rest are overrides on top of the stage's own defaults
+/// (`VatOptions::default()` in kiln-stages, the only place they are written, which applies
+/// and checks these: `vat::select`); an unset field keeps the default.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
-pub struct VatConfig {
-    /// Models to bake in every build: paths inside the build, or `*` for every animated model.
-    pub files: Vec<String>,
+pub struct VatSettings {
+    /// Paths inside the build, or `*` for every animated model.
+    pub files: Option<Vec<String>>,
     /// `auto`, `low`, `medium`, `high`, `rgba16` or `half`.
     pub encoding: Option<String>,
     /// `relative` (offsets from the rest pose) or `absolute`.
@@ -239,6 +241,9 @@ pub struct VatConfig {
     pub max_size: Option<u32>,
     /// Texels per row (0: the vertex count, capped at `max_size`).
     pub width: Option<u32>,
+    /// A build's per-file settings, `[vat.file."characters/fox.glb"]`: that file is baked
+    /// with them (not in the server's configuration).
+    pub file: BTreeMap<String, VatSettings>,
 }
 
 /// The engine split, the shared library, and the releases that serve it.
@@ -632,12 +637,14 @@ impl Config {
             "KILN_ANIMATION_SCALE_BITS" => self.animation.scale_bits = Some(bits()?),
             "KILN_ANIMATION_WEIGHT_BITS" => self.animation.weight_bits = Some(bits()?),
             "KILN_VAT" => {
-                self.vat.files = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|f| !f.is_empty())
-                    .map(String::from)
-                    .collect()
+                self.vat.files = Some(
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|f| !f.is_empty())
+                        .map(String::from)
+                        .collect(),
+                )
             }
             "KILN_VAT_ENCODING" => self.vat.encoding = Some(value.into()),
             "KILN_VAT_MODE" => self.vat.mode = Some(value.into()),

@@ -22,7 +22,7 @@ use crate::stages::engines::html::{BootEngine, BootLinks, PageInputs, rewrite_pa
 use crate::stages::engines::{modules, rules};
 use crate::stages::geometry::{self, GeometryOptions, MeshoptCodec};
 use crate::stages::vat::{self, VatOptions};
-use crate::stages::{PackageFormat, inventory, unpack};
+use crate::stages::{PackageFormat, Stage, inventory, unpack};
 
 /// The fuzz targets by name, as `cargo fuzz list` prints them (`fuzz/Cargo.toml`'s bins).
 pub const TARGETS: [&str; 10] = [
@@ -84,7 +84,12 @@ fn unpack_package(bytes: &[u8], format: PackageFormat, name: &str, scratch: &Pat
         max_total_bytes: 64 << 20,
         ..UnpackLimits::default()
     };
-    let _ = unpack::run(&package, format, &dest, &limits);
+    let input = unpack::Package {
+        path: &package,
+        format,
+        dest: &dest,
+    };
+    let _ = unpack::Step::run(input, &limits, &mut |_| {});
     let mut names: Vec<_> = std::fs::read_dir(scratch)
         .expect("read scratch")
         .map(|e| e.expect("scratch entry").file_name())

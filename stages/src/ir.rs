@@ -121,6 +121,13 @@ pub struct Inventory {
     pub entries: Vec<InventoryEntry>,
 }
 
+/// What most stages read: the build's files and what inventory found them to be.
+#[derive(Debug, Clone, Copy)]
+pub struct Files<'a> {
+    pub tree: &'a FileTree,
+    pub inventory: &'a Inventory,
+}
+
 /// Resolves a relative URI against the referencing file's directory, inside the build only.
 pub fn resolve_uri(from: &str, uri: &str) -> Option<String> {
     if uri.contains("://") || uri.starts_with('/') {

@@ -21,7 +21,7 @@ use crate::stages::publish::{self, PublishPlan};
 use crate::stages::sign::{self, SignedManifest};
 use crate::stages::unpack;
 use crate::stages::vat::{self, VatSelection};
-use crate::stages::{FileTree, PackageFormat};
+use crate::stages::{FileTree, Files, PackageFormat, Stage, StageError};
 
 /// Every stage in order, as shown in a build's status. `publish` is run by the caller.
 pub const STAGES: &[&str] = &[
@@ -161,27 +161,22 @@ pub fn prepare(
         })
     })?;
 
-    let (tree, unpack_report) = step(observer, &mut report, unpack::NAME, |_| {
-        unpack::run(package, format, &tree_dir, &options.unpack).map_err(|e| PipelineError {
-            stage: unpack::NAME,
-            file: entry_of(&e),
-            permanent: e.is_permanent(),
-            reason: e.to_string(),
-        })
+    let package = unpack::Package {
+        path: package,
+        format,
+        dest: &tree_dir,
+    };
+    let (tree, unpack_report) = step(observer, &mut report, unpack::NAME, |obs| {
+        call::<unpack::Step>(obs, package, &options.unpack)
     })?;
     report.record(unpack::NAME, &unpack_report);
 
-    let (inventory, inventory_report) = step(observer, &mut report, inventory::NAME, |_| {
-        inventory::run(&tree).map_err(|e| PipelineError {
-            stage: inventory::NAME,
-            file: None,
-            permanent: e.is_permanent(),
-            reason: e.to_string(),
-        })
+    let (inventory, inventory_report) = step(observer, &mut report, inventory::NAME, |obs| {
+        call::<inventory::Step>(obs, &tree, &())
     })?;
     report.record(inventory::NAME, &inventory_report);
 
-    let (tree, engines_report, inventory) = step(observer, &mut report, engines::NAME, |_| {
+    let (tree, engines_report, inventory) = step(observer, &mut report, engines::NAME, |obs| {
         let api = options.content_base.trim_end_matches('/');
         let links = BootLinks {
             loader: format!("{api}{}", kiln_common::loader::versioned_path()),
@@ -200,16 +195,15 @@ pub fn prepare(
             base: Some(page_base(options, identity)),
         };
         let cdn = options.cdn_base.trim_end_matches('/');
-        let failed = |e: engines::EnginesError| PipelineError {
-            stage: engines::NAME,
-            file: None,
-            permanent: e.is_permanent(),
-            reason: e.to_string(),
+        let input = engines::EnginesInput {
+            files: Files {
+                tree: &tree,
+                inventory: &inventory,
+            },
+            links: &links,
+            library_url: &|key| format!("{cdn}/{key}"),
         };
-        let (tree, report) = engines::run(&tree, &inventory, &options.engines, &links, &|key| {
-            format!("{cdn}/{key}")
-        })
-        .map_err(failed)?;
+        let (tree, report) = call::<engines::Step>(obs, input, &options.engines)?;
         // Rewritten pages changed size; nothing else did.
         let mut inventory = inventory;
         for entry in &mut inventory.entries {
@@ -223,24 +217,24 @@ pub fn prepare(
     })?;
     report.record(engines::NAME, &engines_report);
 
-    let (tree, vat_report) = step(observer, &mut report, vat::NAME, |_| {
-        let failed = |reason: String, file: Option<&str>, permanent: bool| PipelineError {
+    let (tree, vat_report) = step(observer, &mut report, vat::NAME, |obs| {
+        // The build's own configuration, checked whole before any model work.
+        let failed = |reason: String| PipelineError {
             stage: vat::NAME,
-            file: file.map(String::from),
+            file: Some(vat::BUILD_CONFIG.to_string()),
             reason,
-            permanent,
+            permanent: true,
         };
-        let kiln_toml =
-            build_config(&tree).map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
-        let selection = vat::build_selection(kiln_toml.as_deref(), &options.vat)
-            .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
-        // Checked here, with the rest of the build's configuration, before any model work.
-        geometry::served_variant(kiln_toml.as_deref())
-            .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
+        let kiln_toml = build_config(&tree).map_err(failed)?;
+        let selection = vat::build_selection(kiln_toml.as_deref(), &options.vat).map_err(failed)?;
+        geometry::served_variant(kiln_toml.as_deref()).map_err(failed)?;
         kiln_common::csp::from_build_config(kiln_toml.as_deref(), &api_origin(options))
-            .map_err(|reason| failed(reason, Some(vat::BUILD_CONFIG), true))?;
-        vat::run(&tree, &inventory, &selection)
-            .map_err(|e| failed(e.to_string(), Some(&e.path), e.is_permanent()))
+            .map_err(failed)?;
+        let files = Files {
+            tree: &tree,
+            inventory: &inventory,
+        };
+        call::<vat::Step>(obs, files, &selection)
     })?;
     let inventory = apply_vat(&tree, &inventory, &vat_report).map_err(|error| {
         Box::new(Failed {
@@ -251,16 +245,12 @@ pub fn prepare(
     report.record(vat::NAME, &vat_report);
     let vat_baked = vat_report.baked();
 
-    let (tree, outcomes, geometry_report) = step(observer, &mut report, geometry::NAME, |obs| {
-        geometry::run(&tree, &inventory, &options.geometry, &mut |done| {
-            obs.progress(geometry::NAME, done)
-        })
-        .map_err(|e| PipelineError {
-            stage: geometry::NAME,
-            file: None,
-            permanent: e.is_permanent(),
-            reason: e.to_string(),
-        })
+    let files = Files {
+        tree: &tree,
+        inventory: &inventory,
+    };
+    let ((tree, outcomes), geometry_report) = step(observer, &mut report, geometry::NAME, |obs| {
+        call::<geometry::Step>(obs, files, &options.geometry)
     })?;
     let (inventory, models) = apply_geometry(&tree, &outcomes, &inventory).map_err(|error| {
         Box::new(Failed {
@@ -273,24 +263,19 @@ pub fn prepare(
         &serde_json::json!({ "summary": geometry_report, "models": models }),
     );
 
+    let input = encode::EncodeInput {
+        files: Files {
+            tree: &tree,
+            inventory: &inventory,
+        },
+        out_dir: &encoded_dir,
+    };
     let (outputs, encode_report) = step(observer, &mut report, encode::NAME, |obs| {
-        encode::run(
-            &tree,
-            &inventory,
-            &encoded_dir,
-            &options.encode,
-            &mut |done| obs.progress(encode::NAME, done),
-        )
-        .map_err(|e| PipelineError {
-            stage: encode::NAME,
-            file: None,
-            permanent: e.is_permanent(),
-            reason: e.to_string(),
-        })
+        call::<encode::Step>(obs, input, &options.encode)
     })?;
     report.record(encode::NAME, &encode_report);
 
-    let (signed, sign_report) = step(observer, &mut report, sign::NAME, |_| {
+    let (signed, sign_report) = step(observer, &mut report, sign::NAME, |obs| {
         let failed = |reason| PipelineError {
             stage: sign::NAME,
             file: Some(vat::BUILD_CONFIG.to_string()),
@@ -304,20 +289,33 @@ pub fn prepare(
         let mut serving = serving(&engines_report, variant, &page_base(options, identity));
         serving.csp = csp;
         let model_paths: Vec<_> = models.iter().map(ModelVariants::paths).collect();
-        Ok(sign::run(
+        let input = sign::SignInput {
             identity,
-            &outputs,
-            &model_paths,
-            &vat_baked,
-            &engines_report.engines,
-            &serving,
-            &options.cdn_base,
+            outputs: &outputs,
+            models: &model_paths,
+            vat: &vat_baked,
+            engines: &engines_report.engines,
+            serving: &serving,
             signer,
-        ))
+        };
+        let options = sign::SignOptions {
+            cdn_base: options.cdn_base.clone(),
+        };
+        call::<sign::Step>(obs, input, &options)
     })?;
     report.record(sign::NAME, &sign_report);
 
-    let plan = publish::plan(&outputs, &signed, &engines_report.engines);
+    let input = publish::PublishInput {
+        outputs: &outputs,
+        signed: &signed,
+        engines: &engines_report.engines,
+    };
+    let (plan, ()) = call::<publish::Step>(observer, input, &()).map_err(|error| {
+        Box::new(Failed {
+            error,
+            report: std::mem::take(&mut report),
+        })
+    })?;
     report.files = file_reports(&inventory, &outputs);
     report.totals = totals(&report.files);
     Ok(Prepared {
@@ -398,12 +396,8 @@ fn apply_vat(
     before: &Inventory,
     report: &vat::VatReport,
 ) -> Result<Inventory, PipelineError> {
-    let mut inventory = inventory::extend(before, tree).map_err(|e| PipelineError {
-        stage: vat::NAME,
-        file: None,
-        permanent: e.is_permanent(),
-        reason: e.to_string(),
-    })?;
+    let mut inventory =
+        inventory::extend(before, tree).map_err(|e| PipelineError::of(vat::NAME, &e))?;
     for model in &report.models {
         let folder = model.baked.first().and_then(|p| p.split_once(".vat/"));
         for entry in &mut inventory.entries {
@@ -429,12 +423,8 @@ fn apply_geometry(
     outcomes: &[ModelOutcome],
     before: &Inventory,
 ) -> Result<(Inventory, Vec<ModelVariants>), PipelineError> {
-    let mut inventory = inventory::extend(before, tree).map_err(|e| PipelineError {
-        stage: geometry::NAME,
-        file: None,
-        permanent: e.is_permanent(),
-        reason: e.to_string(),
-    })?;
+    let mut inventory =
+        inventory::extend(before, tree).map_err(|e| PipelineError::of(geometry::NAME, &e))?;
     let mut models = Vec::new();
     for outcome in outcomes {
         match outcome {
@@ -459,6 +449,29 @@ fn apply_geometry(
         }
     }
     Ok((inventory, models))
+}
+
+/// Calls stage `S`, its progress going to the observer and its error becoming the
+/// pipeline's. Every stage is called through here.
+fn call<S: Stage>(
+    observer: &mut dyn StageObserver,
+    input: S::Input<'_>,
+    options: &S::Options,
+) -> Result<(S::Output, S::Report), PipelineError> {
+    S::run(input, options, &mut |done| observer.progress(S::NAME, done))
+        .map_err(|e| PipelineError::of(S::NAME, &e))
+}
+
+impl PipelineError {
+    /// Stage `stage` failed with `error`.
+    pub fn of(stage: &'static str, error: &dyn StageError) -> Self {
+        Self {
+            stage,
+            file: error.file(),
+            permanent: error.is_permanent(),
+            reason: error.to_string(),
+        }
+    }
 }
 
 /// Runs one stage between the observer's start and finish, timing it.
@@ -551,22 +564,6 @@ fn totals(files: &[FileReport]) -> Totals {
             .iter()
             .map(|f| f.gzip_bytes.unwrap_or(f.bytes_after))
             .sum(),
-    }
-}
-
-fn entry_of(error: &unpack::UnpackError) -> Option<String> {
-    use unpack::UnpackError as E;
-    match error {
-        E::UnsafePath { entry, .. }
-        | E::Link { entry }
-        | E::UnsupportedEntry { entry, .. }
-        | E::Duplicate { entry }
-        | E::FileAndDirectory { entry, .. }
-        | E::TooLarge { entry, .. }
-        | E::Bomb { entry, .. }
-        | E::Encrypted { entry } => Some(entry.clone()),
-        E::Corrupt { entry, .. } => entry.clone(),
-        E::TooManyEntries { .. } | E::Empty | E::Io(_) => None,
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use kiln_stages::pipeline::{self, StageObserver};
 use kiln_stages::stages::publish::{self, PublishPlan, UploadSource};
-use kiln_stages::stages::{PackageFormat, unpack};
+use kiln_stages::stages::{PackageFormat, StageError, unpack};
 
 pub use crate::context::JobContext;
 
@@ -380,7 +380,7 @@ async fn publish_build(
             size: e.size as i64,
             object_key: e.library_key.clone(),
             path: e.path.clone(),
-            // The library copy carries the build file's forms (publish::plan).
+            // The library copy carries the build file's forms (the publish plan).
             br_size: signed
                 .manifest
                 .files

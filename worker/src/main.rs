@@ -214,8 +214,8 @@ fn main() -> std::process::ExitCode {
             vat,
         } => {
             let mut config = config;
-            if vat && config.vat.files.is_empty() {
-                config.vat.files = vec!["*".into()];
+            if vat && config.vat.files.as_ref().is_none_or(Vec::is_empty) {
+                config.vat.files = Some(vec!["*".into()]);
             }
             let ids = Ids {
                 game,
@@ -587,7 +587,7 @@ fn vat_command(
         Ok(s) => s.options,
         Err(e) => return fail(e.to_string()),
     };
-    let options = match settings.apply(&base) {
+    let options = match vat::apply(settings, &base) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };

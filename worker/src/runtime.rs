@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_common::config::{AnimationConfig, Config, LibraryConfig, VatConfig};
+use kiln_common::config::{AnimationConfig, Config, LibraryConfig, VatSettings};
 use kiln_common::db::Db;
 use kiln_common::signing::{KeyOrigin, ManifestSigner};
 use kiln_common::storage::Storage;
@@ -13,7 +13,7 @@ use kiln_stages::pipeline::PipelineOptions;
 use kiln_stages::stages::animation::{AnimationOptions, Tolerance};
 use kiln_stages::stages::engines::{EngineOptions, EngineRules};
 use kiln_stages::stages::geometry::GeometryOptions;
-use kiln_stages::stages::vat::{VatSelection, VatSettings};
+use kiln_stages::stages::vat::{self, VatSelection};
 
 /// The pipeline options a configuration implies.
 pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
@@ -48,23 +48,14 @@ pub fn engine_options(config: &LibraryConfig) -> anyhow::Result<EngineOptions> {
     })
 }
 
-/// The VAT stage's selection from the `[vat]` configuration: overrides read through the same
-/// settings a build's `kiln.toml` uses (so both are checked alike), on top of the stage's own
-/// defaults (`VatOptions::default()`).
-pub fn vat_selection(config: &VatConfig) -> anyhow::Result<VatSelection> {
-    let settings = VatSettings {
-        files: Some(config.files.clone()),
-        encoding: config.encoding.clone(),
-        mode: config.mode.clone(),
-        frame_rate: config.frame_rate,
-        tolerance: config.tolerance,
-        tolerance_abs: config.tolerance_abs,
-        max_size: config.max_size,
-        width: config.width,
-        file: Default::default(),
-    };
-    settings
-        .select(&VatSelection::default())
+/// The VAT stage's selection from the `[vat]` configuration: overrides checked the same way
+/// as a build's `kiln.toml` `[vat]`, on top of the stage's own defaults
+/// (`VatOptions::default()`).
+pub fn vat_selection(config: &VatSettings) -> anyhow::Result<VatSelection> {
+    if !config.file.is_empty() {
+        anyhow::bail!("[vat] configuration: [vat.file.*] belongs in a build's kiln.toml");
+    }
+    vat::select(config, &VatSelection::default())
         .map_err(|e| anyhow::anyhow!("[vat] configuration: {e}"))
 }
 

@@ -94,7 +94,7 @@ fn module_kind_matches_the_file() {
 #[test]
 fn the_sample_games_page_gets_the_loader() {
     use kiln_stages::stages::engines::{self, BootLinks, EngineOptions};
-    use kiln_stages::stages::{FileTree, TreeFile, inventory};
+    use kiln_stages::stages::{FileTree, Files, Stage, TreeFile, inventory};
 
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sample-game");
     npm_installed(
@@ -118,7 +118,7 @@ fn the_sample_games_page_gets_the_loader() {
         root: dir.path().to_owned(),
         files,
     };
-    let (inventory, _) = inventory::run(&tree).unwrap();
+    let (inventory, _) = inventory::Step::run(&tree, &(), &mut |_| {}).unwrap();
     let links = BootLinks {
         loader: "https://kiln.test/sdk/kiln-loader.js".into(),
         game: "sample".into(),
@@ -128,10 +128,15 @@ fn the_sample_games_page_gets_the_loader() {
         build: "b1".into(),
         base: Some("https://kiln.test/play/sample/@b1/".into()),
     };
-    let (tree, report) = engines::run(&tree, &inventory, &EngineOptions::default(), &links, &|k| {
-        format!("https://kiln.test/cdn/{k}")
-    })
-    .unwrap();
+    let input = engines::EnginesInput {
+        files: Files {
+            tree: &tree,
+            inventory: &inventory,
+        },
+        links: &links,
+        library_url: &|k| format!("https://kiln.test/cdn/{k}"),
+    };
+    let (tree, report) = engines::Step::run(input, &EngineOptions::default(), &mut |_| {}).unwrap();
     let page_size = std::fs::metadata(dir.path().join("index.html"))
         .unwrap()
         .len();

@@ -9,11 +9,11 @@ use std::process::Command;
 
 use kiln_common::config::UnpackLimits;
 use kiln_stages::gltf::{Asset, NoResources};
-use kiln_stages::stages::PackageFormat;
 use kiln_stages::stages::animation::{self, AnimationOptions};
 use kiln_stages::stages::geometry::{self, GeometryOptions, MeshoptCodec};
 use kiln_stages::stages::unpack::{self, UnpackError};
 use kiln_stages::stages::vat::{self, VatOptions};
+use kiln_stages::stages::{PackageFormat, Stage, StageError};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile")
@@ -212,7 +212,12 @@ fn unpack_bytes(format: PackageFormat, bytes: &[u8]) -> Result<Vec<String>, Unpa
     let dest = dir.path().join("dest");
     std::fs::write(&package, bytes).unwrap();
     std::fs::create_dir(&dest).unwrap();
-    unpack::run(&package, format, &dest, &UnpackLimits::default())
+    let package = unpack::Package {
+        path: &package,
+        format,
+        dest: &dest,
+    };
+    unpack::Step::run(package, &UnpackLimits::default(), &mut |_| {})
         .map(|(tree, _)| tree.files.into_iter().map(|f| f.path).collect())
 }
 

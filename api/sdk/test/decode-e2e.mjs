@@ -249,7 +249,9 @@ export async function run({ manifest, model, deviceClass = null, timeoutMs = 600
     report.chosen = { ...ra, choice: entry.choice, manifest_request: first.url, parse_errors: a.parse_errors, console_errors: a.console_errors };
     check(ra.fallback === false && ra.reason === null, `the chosen variant fell back: ${ra.reason} (to ${ra.variant})${
       a.parse_errors.length ? `; GLTFLoader: ${a.parse_errors.join(' | ')}` : ''}`);
-    check(ra.variant === chosen.variant, `loaded ${ra.variant}, but the manifest chose ${chosen.variant} (${entry.choice.reason})`);
+    const explored = entry.choice.explore?.variant === ra.variant
+      ? ` (the loader explored it: choice.explore is ${show(entry.choice.explore)}; run against a Kiln with KILN_VARIANT_EXPLORE_PER_MILLE=0)` : '';
+    check(ra.variant === chosen.variant, `loaded ${ra.variant}, but the manifest chose ${chosen.variant} (${entry.choice.reason})${explored}`);
     check(ra.bytes === chosen.size, `${ra.url}: ${ra.bytes} bytes, the manifest says ${chosen.size}`);
     check(chosen.needs_decoder ? ['wasm-simd', 'wasm'].includes(ra.decoder) : ra.decoder === 'none', `decoder ${show(ra.decoder)} for ${ra.variant}`);
     check(ra.meshes > 0 && ra.vertices > 0, `GLTFLoader gave ${ra.meshes} meshes with ${ra.vertices} vertices for ${ra.url}`);
@@ -278,7 +280,9 @@ export async function run({ manifest, model, deviceClass = null, timeoutMs = 600
     const rb = b.result;
     report.fallback = { ...rb, requested: needing.variant, forced, manifest_request: second.url, parse_errors: b.parse_errors, console_errors: b.console_errors };
     check(rb.variant === expected.variant, `with a crashed decoder, loaded ${rb.variant}; expected the fallback ${expected.variant}`);
-    check(rb.fallback === true && rb.reason === 'decoder_init_failed', `fallback ${rb.fallback}, reason ${show(rb.reason)}; expected true, decoder_init_failed`);
+    const exploredB = !forced && entry.choice.explore?.variant === rb.variant && rb.fallback === false
+      ? ` (the loader explored ${rb.variant}: choice.explore is ${show(entry.choice.explore)}; run against a Kiln with KILN_VARIANT_EXPLORE_PER_MILLE=0)` : '';
+    check(rb.fallback === true && rb.reason === 'decoder_init_failed', `fallback ${rb.fallback}, reason ${show(rb.reason)}; expected true, decoder_init_failed${exploredB}`);
     check(rb.decoder === 'none', `decoder ${show(rb.decoder)} for ${rb.variant}`);
     check(rb.bytes === expected.size, `${rb.url}: ${rb.bytes} bytes, the manifest says ${expected.size}`);
     check(rb.meshes > 0 && rb.vertices > 0, `GLTFLoader gave ${rb.meshes} meshes with ${rb.vertices} vertices for ${rb.url}`);

@@ -14,8 +14,9 @@ use kiln_common::keys::{self, Encoding};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::{Stage, StageError};
 pub use crate::ir::{EncodedForm, OutputFile};
-use crate::ir::{FileKind, FileTree, Inventory};
+use crate::ir::{FileKind, FileTree, Files, Inventory};
 
 pub const NAME: &str = "encode";
 
@@ -66,15 +67,53 @@ pub enum EncodeError {
     },
 }
 
-impl EncodeError {
+impl StageError for EncodeError {
     /// Files unpack wrote are ours; an I/O failure here is the machine's, worth a retry.
-    pub fn is_permanent(&self) -> bool {
+    fn is_permanent(&self) -> bool {
         false
+    }
+
+    fn file(&self) -> Option<String> {
+        let Self::Io { path, .. } = self;
+        Some(path.clone())
     }
 }
 
-/// Encodes every file of `tree` into `out_dir`, calling `progress` with the share done.
-pub fn run(
+/// The build's files, and the directory their encoded forms are written to.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodeInput<'a> {
+    pub files: Files<'a>,
+    pub out_dir: &'a Path,
+}
+
+/// The encode stage: every file of the tree content-addressed and pre-compressed into
+/// `out_dir`, calling `progress` with the share done.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = EncodeInput<'a>;
+    type Options = EncodeOptions;
+    type Output = Vec<OutputFile>;
+    type Report = EncodeReport;
+    type Error = EncodeError;
+
+    fn run(
+        input: EncodeInput<'_>,
+        options: &EncodeOptions,
+        progress: &mut dyn FnMut(f64),
+    ) -> Result<(Vec<OutputFile>, EncodeReport), EncodeError> {
+        encode(
+            input.files.tree,
+            input.files.inventory,
+            input.out_dir,
+            options,
+            progress,
+        )
+    }
+}
+
+fn encode(
     tree: &FileTree,
     inventory: &Inventory,
     out_dir: &Path,
@@ -273,7 +312,7 @@ mod tests {
             files,
         };
         let mut last = 0.0;
-        let (out, report) = run(
+        let (out, report) = encode(
             &tree,
             &inventory,
             &dir.path().join("enc1"),
@@ -292,7 +331,7 @@ mod tests {
             .unwrap();
         assert_eq!(decoded, text.as_bytes());
         assert!(report.brotli_bytes < report.identity_bytes);
-        let (again, _) = run(
+        let (again, _) = encode(
             &tree,
             &inventory,
             &dir.path().join("enc2"),

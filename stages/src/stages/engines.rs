@@ -14,8 +14,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::{Stage, StageError};
 pub use crate::ir::EngineFile;
-use crate::ir::{FileKind, FileTree, Inventory};
+use crate::ir::{FileKind, FileTree, Files, Inventory};
 pub use html::BootLinks;
 use html::{BootEngine, PageInputs, PageRewrite, relative_to, rewrite_page};
 pub use rules::{Detection, EngineRules};
@@ -68,24 +69,56 @@ pub enum EnginesError {
     Page(String),
 }
 
-impl EnginesError {
-    pub fn is_permanent(&self) -> bool {
+impl StageError for EnginesError {
+    /// A page that cannot be rewritten is the build's; an unreadable file is the machine's.
+    fn is_permanent(&self) -> bool {
         matches!(self, Self::Page(_))
+    }
+
+    fn file(&self) -> Option<String> {
+        match self {
+            Self::Io { path, .. } => Some(path.clone()),
+            Self::Page(_) => None,
+        }
     }
 }
 
-/// Detects engines and rewrites the pages in place; the tree comes back with the pages' new
-/// sizes. `library_url(key)` is the library object's public URL.
-pub fn run(
-    tree: &FileTree,
-    inventory: &Inventory,
-    options: &EngineOptions,
-    links: &BootLinks,
-    library_url: &dyn Fn(&str) -> String,
-) -> Result<(FileTree, EnginesReport), EnginesError> {
-    let mut tree = tree.clone();
-    let report = split(&mut tree, inventory, options, links, library_url)?;
-    Ok((tree, report))
+/// The build's files, and where its rewritten pages find Kiln.
+#[derive(Clone, Copy)]
+pub struct EnginesInput<'a> {
+    pub files: Files<'a>,
+    pub links: &'a BootLinks,
+    /// `library_url(key)`: the library object's public URL.
+    pub library_url: &'a dyn Fn(&str) -> String,
+}
+
+/// The engines stage: detects engines and rewrites the pages in place; the tree comes back
+/// with the pages' new sizes.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = EnginesInput<'a>;
+    type Options = EngineOptions;
+    type Output = FileTree;
+    type Report = EnginesReport;
+    type Error = EnginesError;
+
+    fn run(
+        input: EnginesInput<'_>,
+        options: &EngineOptions,
+        _progress: &mut dyn FnMut(f64),
+    ) -> Result<(FileTree, EnginesReport), EnginesError> {
+        let mut tree = input.files.tree.clone();
+        let report = split(
+            &mut tree,
+            input.files.inventory,
+            options,
+            input.links,
+            input.library_url,
+        )?;
+        Ok((tree, report))
+    }
 }
 
 fn split(

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::{Stage, StageError};
 pub use crate::ir::{FileKind, Inventory, InventoryEntry, resolve_uri};
 use crate::ir::{FileTree, TreeFile, read_head};
 
@@ -28,14 +29,40 @@ pub enum InventoryError {
     },
 }
 
-impl InventoryError {
+impl StageError for InventoryError {
     /// A file unpack just wrote can't be read: the machine, not the package, is at fault.
-    pub fn is_permanent(&self) -> bool {
+    fn is_permanent(&self) -> bool {
         false
+    }
+
+    fn file(&self) -> Option<String> {
+        let Self::Io { path, .. } = self;
+        Some(path.clone())
     }
 }
 
-pub fn run(tree: &FileTree) -> Result<(Inventory, InventoryReport), InventoryError> {
+/// The inventory stage: the tree in, what each file is (and what it belongs to) out. It has
+/// no options.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = &'a FileTree;
+    type Options = ();
+    type Output = Inventory;
+    type Report = InventoryReport;
+    type Error = InventoryError;
+
+    fn run(
+        tree: &FileTree,
+        _: &(),
+        _progress: &mut dyn FnMut(f64),
+    ) -> Result<(Inventory, InventoryReport), InventoryError> {
+        take(tree)
+    }
+}
+
+fn take(tree: &FileTree) -> Result<(Inventory, InventoryReport), InventoryError> {
     let mut entries: Vec<InventoryEntry> = Vec::with_capacity(tree.files.len());
     // path -> (referencing gltf, is image)
     let mut references: BTreeMap<String, (String, bool)> = BTreeMap::new();
@@ -132,7 +159,7 @@ pub fn extend(before: &Inventory, tree: &FileTree) -> Result<Inventory, Inventor
         .iter()
         .any(|f| kind_by_extension(&kiln_common::keys::extension_of(&f.path)) == FileKind::Gltf)
     {
-        let (mut inventory, _) = run(tree)?;
+        let (mut inventory, _) = take(tree)?;
         for entry in &mut inventory.entries {
             if let Ok(i) = before.entries.binary_search_by(|e| e.path.cmp(&entry.path)) {
                 let old = &before.entries[i];
@@ -236,7 +263,7 @@ mod tests {
             ("music.ogg", b"OggS"),
             ("models/broken.gltf", b"{not json"),
         ]);
-        let (inv, report) = run(&tree).unwrap();
+        let (inv, report) = take(&tree).unwrap();
         let kind = |p: &str| inv.entries.iter().find(|e| e.path == p).unwrap().clone();
         assert_eq!(kind("index.html").kind, FileKind::Html);
         assert_eq!(kind("js/game.js").kind, FileKind::Js);
@@ -278,7 +305,7 @@ mod tests {
     fn extending_keeps_notes_and_classifies_new_files() {
         let gltf = br#"{"asset":{"version":"2.0"},"buffers":[{"uri":"m.bin","byteLength":4}]}"#;
         let (_dir, mut tree) = tree(&[("m.gltf", gltf), ("m.bin", b"\0\0\0\0")]);
-        let (mut before, _) = run(&tree).unwrap();
+        let (mut before, _) = take(&tree).unwrap();
         before.entries[0].warnings.push("noted by a stage".into());
         for (path, bytes) in [
             ("m.quantized.glb", &b"glTF...."[..]),
@@ -301,7 +328,7 @@ mod tests {
         assert_eq!(after.entries[1].used_by.as_deref(), Some("m.gltf"));
         assert_eq!(after.entries[1].warnings, ["noted by a stage"]);
         assert_eq!(after.entries[3].kind, FileKind::Glb);
-        let (fresh, _) = run(&tree).unwrap();
+        let (fresh, _) = take(&tree).unwrap();
         let kinds = |i: &Inventory| i.entries.iter().map(|e| e.kind).collect::<Vec<_>>();
         assert_eq!(kinds(&after), kinds(&fresh));
     }

@@ -1,6 +1,7 @@
 //! The pipeline stages. Each file is one stage: a `NAME`, its options (whose `Default` is the
-//! only source of its defaults), a pure `run` function of its inputs returning a typed output
-//! and report, and an error type that says whether a failure is permanent.
+//! only source of its defaults), and a `Step` that implements [`Stage`]: one entry point of
+//! the same shape for every stage (input and options in, typed output and report out), with
+//! an error type that says whether a failure is permanent ([`StageError`]).
 //!
 //! Stages never touch the database, the object store or the async runtime: the job layer
 //! (`job.rs`) loads inputs, calls them (via `pipeline.rs`) and stores their outputs.
@@ -15,10 +16,54 @@ pub mod sign;
 pub mod unpack;
 pub mod vat;
 
-pub use crate::ir::{FileTree, PackageFormat, TreeFile, TreeResources, read_head};
+pub use crate::ir::{FileTree, Files, PackageFormat, TreeFile, TreeResources, read_head};
 
 use crate::gltf::guard_model;
 use crate::ir::{FileKind, Inventory, InventoryEntry};
+
+/// One stage of the pipeline, called the same way for every stage (`pipeline::call`).
+///
+/// A stage is a plain function of what earlier stages made (`Input`, for most a [`Files`])
+/// and of its options: no database, object store, clock or queue. It returns its typed
+/// output, which later stages read, and its report, which the build's report shows under
+/// `NAME`.
+pub trait Stage {
+    /// The stage's name in a build's status, its report and the metrics.
+    const NAME: &'static str;
+    /// What the stage reads of the earlier stages' outputs.
+    type Input<'a>;
+    /// How the stage is configured; its `Default` is the only source of its defaults.
+    type Options;
+    /// What later stages read.
+    type Output;
+    /// What the build's report shows under `NAME`.
+    type Report: serde::Serialize;
+    type Error: StageError;
+    /// Runs the stage. `progress` gets the share done (0 to 1), where the stage can tell.
+    fn run(
+        input: Self::Input<'_>,
+        options: &Self::Options,
+        progress: &mut dyn FnMut(f64),
+    ) -> Result<(Self::Output, Self::Report), Self::Error>;
+}
+
+/// Why a stage failed, as the pipeline needs to know it.
+pub trait StageError: std::error::Error {
+    /// Permanent: retrying the same build cannot help (the package is at fault). Otherwise
+    /// the machine is (a full disk, an unreadable work file) and the job layer retries.
+    fn is_permanent(&self) -> bool;
+    /// The build's file the failure is about, when there is one.
+    fn file(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A stage that cannot fail.
+impl StageError for std::convert::Infallible {
+    fn is_permanent(&self) -> bool {
+        match *self {}
+    }
+}
 
 /// The one per-model driver of the model stages (`geometry`, `vat`): which files are the
 /// game's models, reading one from the tree with its resources under a guard, and writing

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::Stage;
 use crate::ir::{EngineFile, OutputFile, SignedManifest};
 
 pub const NAME: &str = "publish";
@@ -43,13 +44,39 @@ pub struct PublishReport {
     pub already_stored: u64,
 }
 
+/// What is published: the encoded outputs, the signed manifest, and which outputs are engine
+/// files the library serves too.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishInput<'a> {
+    pub outputs: &'a [OutputFile],
+    pub signed: &'a SignedManifest,
+    pub engines: &'a [EngineFile],
+}
+
+/// The publish stage's pure part: the plan. The job layer executes it (its report is the
+/// execution's, [`PublishReport`]); it has no options and cannot fail.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = PublishInput<'a>;
+    type Options = ();
+    type Output = PublishPlan;
+    type Report = ();
+    type Error = std::convert::Infallible;
+
+    fn run(
+        input: PublishInput<'_>,
+        _: &(),
+        _progress: &mut dyn FnMut(f64),
+    ) -> Result<(PublishPlan, ()), std::convert::Infallible> {
+        Ok((plan(input.outputs, input.signed, input.engines), ()))
+    }
+}
+
 /// The library copy of each engine file (its bytes and compressed forms under the
 /// content-addressed library key), every output, then the manifest.
-pub fn plan(
-    outputs: &[OutputFile],
-    signed: &SignedManifest,
-    engines: &[EngineFile],
-) -> PublishPlan {
+fn plan(outputs: &[OutputFile], signed: &SignedManifest, engines: &[EngineFile]) -> PublishPlan {
     let mut seen = BTreeSet::new();
     let mut objects = Vec::new();
     // An output's bytes and compressed forms under `key` (its own, or its library key).

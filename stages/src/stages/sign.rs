@@ -13,6 +13,7 @@ use kiln_common::telemetry::BeaconSecret;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::Stage;
 use crate::ir::{EngineFile, ModelPaths, OutputFile};
 pub use crate::ir::{SignedManifest, VatBaked};
 
@@ -40,18 +41,55 @@ pub struct Serving {
     pub csp: kiln_common::csp::Extension,
 }
 
-/// `cdn_base` is the URL prefix objects are served under, e.g. `https://kiln.example/cdn`.
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    identity: &BuildIdentity,
-    outputs: &[OutputFile],
-    models: &[ModelPaths],
-    vat: &[VatBaked],
-    engines: &[EngineFile],
-    serving: &Serving,
-    cdn_base: &str,
-    signer: &ManifestSigner,
-) -> (SignedManifest, SignReport) {
+/// What the manifest describes: the build, its encoded outputs and what earlier stages made
+/// of them, and the key that signs it.
+#[derive(Clone, Copy)]
+pub struct SignInput<'a> {
+    pub identity: &'a BuildIdentity,
+    pub outputs: &'a [OutputFile],
+    pub models: &'a [ModelPaths],
+    pub vat: &'a [VatBaked],
+    pub engines: &'a [EngineFile],
+    pub serving: &'a Serving,
+    pub signer: &'a ManifestSigner,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SignOptions {
+    /// The URL prefix objects are served under, e.g. `https://kiln.example/cdn`.
+    pub cdn_base: String,
+}
+
+/// The sign stage: the build's manifest, signed. It cannot fail.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = SignInput<'a>;
+    type Options = SignOptions;
+    type Output = SignedManifest;
+    type Report = SignReport;
+    type Error = std::convert::Infallible;
+
+    fn run(
+        input: SignInput<'_>,
+        options: &SignOptions,
+        _progress: &mut dyn FnMut(f64),
+    ) -> Result<(SignedManifest, SignReport), std::convert::Infallible> {
+        Ok(sign(input, &options.cdn_base))
+    }
+}
+
+fn sign(input: SignInput<'_>, cdn_base: &str) -> (SignedManifest, SignReport) {
+    let SignInput {
+        identity,
+        outputs,
+        models,
+        vat,
+        engines,
+        serving,
+        signer,
+    } = input;
     let base = cdn_base.trim_end_matches('/');
     // A model's own path serves the variant the build opted into, where there is one.
     let served = |o: &OutputFile| -> Option<&OutputFile> {

@@ -12,6 +12,7 @@ use std::path::Path;
 use kiln_common::config::UnpackLimits;
 use serde::Serialize;
 
+use super::{Stage, StageError};
 use crate::ir::{FileTree, PackageFormat, TreeFile};
 
 pub const NAME: &str = "unpack";
@@ -66,15 +67,61 @@ pub enum UnpackError {
     Io(String),
 }
 
-impl UnpackError {
+impl StageError for UnpackError {
     /// Only a failing work directory is the machine's fault; everything else is the package's.
-    pub fn is_permanent(&self) -> bool {
+    fn is_permanent(&self) -> bool {
         !matches!(self, Self::Io(_))
+    }
+
+    /// The package entry refused, when the refusal is about one.
+    fn file(&self) -> Option<String> {
+        use UnpackError as E;
+        match self {
+            E::UnsafePath { entry, .. }
+            | E::Link { entry }
+            | E::UnsupportedEntry { entry, .. }
+            | E::Duplicate { entry }
+            | E::FileAndDirectory { entry, .. }
+            | E::TooLarge { entry, .. }
+            | E::Bomb { entry, .. }
+            | E::Encrypted { entry } => Some(entry.clone()),
+            E::Corrupt { entry, .. } => entry.clone(),
+            E::TooManyEntries { .. } | E::Empty | E::Io(_) => None,
+        }
+    }
+}
+
+/// The uploaded package, and the empty directory it is unpacked into.
+#[derive(Debug, Clone, Copy)]
+pub struct Package<'a> {
+    pub path: &'a Path,
+    pub format: PackageFormat,
+    /// Must exist and be empty.
+    pub dest: &'a Path,
+}
+
+/// The unpack stage: a package in, its file tree out.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = Package<'a>;
+    type Options = UnpackLimits;
+    type Output = FileTree;
+    type Report = UnpackReport;
+    type Error = UnpackError;
+
+    fn run(
+        package: Package<'_>,
+        limits: &UnpackLimits,
+        _progress: &mut dyn FnMut(f64),
+    ) -> Result<(FileTree, UnpackReport), UnpackError> {
+        unpack(package.path, package.format, package.dest, limits)
     }
 }
 
 /// Unpacks `package` into `dest` (which must exist and be empty).
-pub fn run(
+fn unpack(
     package: &Path,
     format: PackageFormat,
     dest: &Path,
@@ -503,7 +550,7 @@ mod tests {
                 let dest = dir.path().join("dest");
                 std::fs::write(&package, &bytes).unwrap();
                 std::fs::create_dir(&dest).unwrap();
-                match run(&package, format, &dest, &limits) {
+                match unpack(&package, format, &dest, &limits) {
                     Ok(_) => ok += 1,
                     Err(_) => refused += 1,
                 }

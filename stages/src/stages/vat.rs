@@ -17,11 +17,12 @@ use glam::DVec3;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::{Stage, StageError};
 use crate::animation::deform::unit;
 use crate::animation::metric::read_clips;
 use crate::animation::{Clip, Deformer, Path, Rig};
 use crate::gltf::{Asset, GltfError, accessors};
-use crate::ir::{FileTree, Inventory, VatBaked};
+use crate::ir::{FileTree, Files, Inventory, VatBaked};
 
 mod mesh;
 pub mod reader;
@@ -973,15 +974,41 @@ pub struct VatRunError {
     pub source: std::io::Error,
 }
 
-impl VatRunError {
-    pub fn is_permanent(&self) -> bool {
+impl StageError for VatRunError {
+    /// A file of the work tree that cannot be read or written: the machine's fault.
+    fn is_permanent(&self) -> bool {
         false
+    }
+
+    fn file(&self) -> Option<String> {
+        Some(self.path.clone())
     }
 }
 
-/// Bakes the selected models of the tree, writing each mesh's files under `<model>.vat/`.
-/// A model that can't be baked gets its reason in the report; the build goes on.
-pub fn run(
+/// The VAT stage: bakes the selected models of the tree, writing each mesh's files under
+/// `<model>.vat/`. A model that can't be baked gets its reason in the report; the build goes
+/// on. Its options are the build's selection (the server's `[vat]` with the build's
+/// `kiln.toml` on top: [`build_selection`]).
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = Files<'a>;
+    type Options = VatSelection;
+    type Output = FileTree;
+    type Report = VatReport;
+    type Error = VatRunError;
+
+    fn run(
+        files: Files<'_>,
+        selection: &VatSelection,
+        _progress: &mut dyn FnMut(f64),
+    ) -> Result<(FileTree, VatReport), VatRunError> {
+        bake_tree(files.tree, files.inventory, selection)
+    }
+}
+
+fn bake_tree(
     tree: &FileTree,
     inventory: &Inventory,
     selection: &VatSelection,
@@ -1057,81 +1084,64 @@ pub fn run(
     Ok((tree, report))
 }
 
-/// The `[vat]` table of a build's `kiln.toml` (and, converted, the server's `[vat]`
-/// configuration): which models to bake and how. Absent values keep the defaults.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct VatSettings {
-    /// Paths inside the build, or `*` for every animated model.
-    pub files: Option<Vec<String>>,
-    pub encoding: Option<String>,
-    pub mode: Option<String>,
-    pub frame_rate: Option<f64>,
-    pub tolerance: Option<f64>,
-    pub tolerance_abs: Option<f64>,
-    pub max_size: Option<u32>,
-    pub width: Option<u32>,
-    /// Per-file settings, `[vat.file."characters/fox.glb"]`: that file is baked with them.
-    pub file: BTreeMap<String, VatSettings>,
+/// The `[vat]` settings (the server's configuration and a build's `kiln.toml` alike) are
+/// `kiln_common::config::VatSettings`: text and numbers as written, applied and checked here.
+pub use kiln_common::config::VatSettings;
+
+/// `base` with `settings` applied, checked.
+pub fn apply(settings: &VatSettings, base: &VatOptions) -> Result<VatOptions, String> {
+    let mut o = base.clone();
+    if let Some(e) = &settings.encoding {
+        o.encoding = EncodingChoice::parse(e).ok_or_else(|| {
+            format!("encoding {e:?} is not auto, low, medium, high, rgba16 or half")
+        })?;
+    }
+    if let Some(m) = &settings.mode {
+        o.mode = PositionMode::parse(m)
+            .ok_or_else(|| format!("mode {m:?} is not relative or absolute"))?;
+    }
+    if let Some(f) = settings.frame_rate {
+        o.frame_rate = f;
+    }
+    if let Some(t) = settings.tolerance {
+        o.tolerance = t;
+        o.tolerance_abs = None;
+    }
+    if let Some(t) = settings.tolerance_abs {
+        o.tolerance_abs = (t > 0.0).then_some(t);
+    }
+    if let Some(m) = settings.max_size {
+        o.max_size = m;
+    }
+    if let Some(w) = settings.width {
+        o.width = (w > 0).then_some(w);
+    }
+    check_options(&o).map_err(|e| e.to_string())?;
+    Ok(o)
 }
 
-impl VatSettings {
-    /// `base` with these settings applied.
-    pub fn apply(&self, base: &VatOptions) -> Result<VatOptions, String> {
-        let mut o = base.clone();
-        if let Some(e) = &self.encoding {
-            o.encoding = EncodingChoice::parse(e).ok_or_else(|| {
-                format!("encoding {e:?} is not auto, low, medium, high, rgba16 or half")
-            })?;
+/// The selection `settings` make on top of `base` (the server's; for the server's own
+/// settings, `VatSelection::default()`): files listed are added, options applied to all,
+/// per-file settings on top.
+pub fn select(settings: &VatSettings, base: &VatSelection) -> Result<VatSelection, String> {
+    let options = apply(settings, &base.options)?;
+    let mut files = base.files.clone();
+    files.extend(settings.files.iter().flatten().cloned());
+    let mut per_file = BTreeMap::new();
+    for (path, file_settings) in &settings.file {
+        if !file_settings.file.is_empty() || file_settings.files.is_some() {
+            return Err(format!("[vat.file.{path:?}] cannot list files itself"));
         }
-        if let Some(m) = &self.mode {
-            o.mode = PositionMode::parse(m)
-                .ok_or_else(|| format!("mode {m:?} is not relative or absolute"))?;
-        }
-        if let Some(f) = self.frame_rate {
-            o.frame_rate = f;
-        }
-        if let Some(t) = self.tolerance {
-            o.tolerance = t;
-            o.tolerance_abs = None;
-        }
-        if let Some(t) = self.tolerance_abs {
-            o.tolerance_abs = (t > 0.0).then_some(t);
-        }
-        if let Some(m) = self.max_size {
-            o.max_size = m;
-        }
-        if let Some(w) = self.width {
-            o.width = (w > 0).then_some(w);
-        }
-        check_options(&o).map_err(|e| e.to_string())?;
-        Ok(o)
+        per_file.insert(
+            path.clone(),
+            apply(file_settings, &options).map_err(|e| format!("{path}: {e}"))?,
+        );
     }
-
-    /// The selection these settings make on top of `base` (the server's): files listed here
-    /// are added, options applied to all, per-file settings on top.
-    pub fn select(&self, base: &VatSelection) -> Result<VatSelection, String> {
-        let options = self.apply(&base.options)?;
-        let mut files = base.files.clone();
-        files.extend(self.files.iter().flatten().cloned());
-        let mut per_file = BTreeMap::new();
-        for (path, settings) in &self.file {
-            if !settings.file.is_empty() || settings.files.is_some() {
-                return Err(format!("[vat.file.{path:?}] cannot list files itself"));
-            }
-            per_file.insert(
-                path.clone(),
-                settings
-                    .apply(&options)
-                    .map_err(|e| format!("{path}: {e}"))?,
-            );
-        }
-        Ok(VatSelection {
-            files,
-            options,
-            per_file,
-        })
-    }
+    Ok(VatSelection {
+        files,
+        options,
+        per_file,
+    })
 }
 
 /// The build's own configuration file, at the root of the package.
@@ -1153,9 +1163,9 @@ pub fn build_selection(
     let config: BuildConfig =
         toml::from_str(text).map_err(|e| format!("{BUILD_CONFIG}: {}", e.message()))?;
     match config.vat {
-        Some(settings) => settings
-            .select(server)
-            .map_err(|e| format!("{BUILD_CONFIG} [vat]: {e}")),
+        Some(settings) => {
+            select(&settings, server).map_err(|e| format!("{BUILD_CONFIG} [vat]: {e}"))
+        }
         None => Ok(server.clone()),
     }
 }

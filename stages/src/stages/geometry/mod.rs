@@ -32,8 +32,9 @@ use crate::gltf::meshopt_write::{DEFAULT_VERTEX_LEVEL, write_meshopt};
 use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
 use super::animation::{AnimationOptions, AnimationReport, compress_animations};
+use super::{Stage, StageError};
 pub use crate::ir::variant_path;
-use crate::ir::{FileTree, Inventory, InventoryEntry, ModelPaths};
+use crate::ir::{FileTree, Files, Inventory, InventoryEntry, ModelPaths};
 
 mod attributes;
 mod morph;
@@ -359,14 +360,42 @@ pub enum GeometryError {
     },
 }
 
-impl GeometryError {
-    pub fn is_permanent(&self) -> bool {
+impl StageError for GeometryError {
+    /// A file of the work tree that cannot be read or written: the machine's fault (a model
+    /// that cannot be optimised fails alone, as a [`ModelOutcome::Failed`]).
+    fn is_permanent(&self) -> bool {
         false
+    }
+
+    fn file(&self) -> Option<String> {
+        let Self::Io { path, .. } = self;
+        Some(path.clone())
     }
 }
 
-/// Optimises every model of the tree, writing the variants beside each one.
-pub fn run(
+/// The geometry stage: optimises every model of the tree, writing the variants beside each
+/// one; the outcome of each model comes back with the tree.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = Files<'a>;
+    type Options = GeometryOptions;
+    type Output = (FileTree, Vec<ModelOutcome>);
+    type Report = GeometryReport;
+    type Error = GeometryError;
+
+    fn run(
+        files: Files<'_>,
+        options: &GeometryOptions,
+        progress: &mut dyn FnMut(f64),
+    ) -> Result<((FileTree, Vec<ModelOutcome>), GeometryReport), GeometryError> {
+        optimize_tree(files.tree, files.inventory, options, progress)
+            .map(|(tree, outcomes, report)| ((tree, outcomes), report))
+    }
+}
+
+fn optimize_tree(
     tree: &FileTree,
     inventory: &Inventory,
     options: &GeometryOptions,

@@ -271,13 +271,13 @@ fn the_stage_bakes_what_the_build_selects_and_reports_what_it_cannot() {
             },
         ],
     };
-    let (inventory, _) = super::super::inventory::run(&tree).unwrap();
+    let (inventory, _) = crate::stages::inventory::Step::run(&tree, &(), &mut |_| {}).unwrap();
     let selection = build_selection(
         Some("[vat]\nfiles = [\"*\"]\n[vat.file.\"m/good.glb\"]\nencoding = \"low\"\n"),
         &VatSelection::default(),
     )
     .unwrap();
-    let (tree, report) = run(&tree, &inventory, &selection).unwrap();
+    let (tree, report) = bake_tree(&tree, &inventory, &selection).unwrap();
     assert_eq!(report.models.len(), 2);
     assert_eq!(report.models[0].baked, ["m/good.vat/tube/vat.json"]);
     assert_eq!(
