@@ -198,3 +198,73 @@ fn pipeline_variants_keep_the_animation_bound() {
         }
     }
 }
+
+/// One error budget for the file a player gets: on every animated model, each delivered
+/// variant (animation pass, then quantized positions, skin weights and morph targets) is
+/// measured against the source with its own vertices, weights and transforms; every sample of
+/// every point is within the animation tolerance, and the stage's report says what was measured.
+#[test]
+fn delivered_variants_hold_the_tolerance_on_every_animated_model() {
+    use kiln_stages::animation::metric::{MetricOptions, delivered_error};
+    use kiln_stages::gltf::{Asset, DirResources};
+    use kiln_stages::stages::geometry::{GeometryOptions, optimize_model};
+    let mut checked = 0;
+    let mut table = Vec::new();
+    for model in support::models() {
+        let source = read_path(&model).unwrap();
+        if source.array("animations").is_empty() {
+            continue;
+        }
+        let bytes = std::fs::read(&model).unwrap();
+        let resources = DirResources(model.parent().unwrap().to_owned());
+        let out = optimize_model(&bytes, &resources, &GeometryOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+        let budget = out
+            .report
+            .delivered
+            .as_ref()
+            .expect("the budget is reported");
+        let rig =
+            kiln_stages::animation::Rig::read(&source, MetricOptions::default().shell).unwrap();
+        let tolerance = 5e-5 * rig.diagonal;
+        for (variant, data, reported) in [
+            ("quantized", &out.quantized, budget.quantized_max_relative),
+            ("meshopt", &out.meshopt, budget.meshopt_max_relative),
+        ] {
+            let output = Asset::read(data, &resources).unwrap();
+            let e = delivered_error(
+                &source,
+                &output,
+                &out.vertex_map,
+                &MetricOptions::default(),
+                tolerance,
+            )
+            .unwrap_or_else(|e| panic!("{}: {variant}: {e}", model.display()));
+            let name = model.file_name().unwrap().to_string_lossy();
+            assert!(e.measured > 0, "{name}: {variant}: nothing measured");
+            assert_eq!(e.within_share, 1.0, "{name}: {variant}: {e:?}");
+            assert!(e.max <= tolerance, "{name}: {variant}: {e:?}");
+            assert!(
+                (e.max_relative - reported).abs() <= 1e-9,
+                "{name}: {variant}: report {reported} vs {e:?}"
+            );
+        }
+        table.push(format!(
+            "{:<28} max {:.2e} (geometry {:.2e}, animation given {:.2e}) bits p{} w{} m{}, {} attempt(s)",
+            model.file_name().unwrap().to_string_lossy(),
+            budget.quantized_max_relative.max(budget.meshopt_max_relative),
+            budget.geometry_relative,
+            budget.animation_tolerance_relative,
+            budget.position_bits,
+            budget.weight_bits,
+            budget.morph_bits,
+            budget.attempts
+        ));
+        checked += 1;
+    }
+    eprintln!("{}", table.join("\n"));
+    assert!(checked > 0);
+    if support::shared_assets().is_dir() {
+        assert!(checked >= 15, "only {checked} animated models checked");
+    }
+}

@@ -390,3 +390,177 @@ pub fn max_distance(a: &[DVec3], b: &[DVec3]) -> f64 {
         .map(|(x, y)| x.distance(*y))
         .fold(0.0, f64::max)
 }
+
+/// Where each source vertex is in a delivered file: `[mesh][primitive][source vertex]` is the
+/// delivered vertex of the same primitive (`u32::MAX`: no triangle draws it; not measured).
+/// The geometry stage welds and reorders vertices, and records this as it does.
+pub type VertexMap = Vec<Vec<Vec<u32>>>;
+
+/// The error of a delivered file (its own vertices, weights, morph targets, node and skin
+/// transforms, and animation) against its source, over every source clip's samples.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct DeliveredError {
+    pub clips: usize,
+    /// (sample, point) pairs measured.
+    pub measured: usize,
+    /// In model units.
+    pub max: f64,
+    pub max_relative: f64,
+    /// Share of pairs within the tolerance.
+    pub within_share: f64,
+}
+
+/// Measures `delivered` against `source` with the metric's points: every drawn vertex (by
+/// `map`) and the shell points of the source's shell nodes, at the source clips' sample
+/// times, each clip of `delivered` played on the delivered file's own rig. Kiln's outputs keep
+/// the source's nodes, meshes and primitives at the same indices (the geometry stage appends
+/// child nodes that carry a moved mesh).
+pub fn delivered_error(
+    source: &Asset,
+    delivered: &Asset,
+    map: &VertexMap,
+    options: &MetricOptions,
+    tolerance: f64,
+) -> Result<DeliveredError, GltfError> {
+    let rig = Rig::read(source, options.shell)?;
+    let out = Rig::read(delivered, options.shell)?;
+    let source_clips = read_clips(source)?;
+    let delivered_clips = read_clips(delivered)?;
+    if source_clips.len() != delivered_clips.len() {
+        return Err(crate::gltf::invalid(
+            "animations",
+            format!(
+                "source has {} clips, the delivered file {}",
+                source_clips.len(),
+                delivered_clips.len()
+            ),
+        ));
+    }
+    let pairs = point_pairs(&rig, &out, map)?;
+    let shell_start: usize = vertex_count(&rig);
+    let (mut ps, mut pd) = (rig.rest_pose(), out.rest_pose());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut max, mut measured, mut within) = (0f64, 0usize, 0usize);
+    let mut check = |e: f64| {
+        max = max.max(e);
+        measured += 1;
+        within += usize::from(e <= tolerance);
+    };
+    for (s, d) in source_clips.iter().zip(&delivered_clips) {
+        for t in sample_times(s, options.rate_multiplier) {
+            rig.pose_at(s, t, &mut ps);
+            rig.points(&ps, &mut a);
+            out.pose_at(d, t, &mut pd);
+            out.points(&pd, &mut b);
+            for &(i, j) in &pairs {
+                check(a[i].distance(b[j]));
+            }
+            // Shell points of the source's shell nodes, on the delivered pose.
+            for (k, &n) in rig.shell_nodes.iter().enumerate() {
+                let r = rig.reach[n];
+                let w = pd.world[n];
+                for (x, axis) in [DVec3::X, DVec3::Y, DVec3::Z].into_iter().enumerate() {
+                    let at = shell_start + 6 * k + 2 * x;
+                    check(a[at].distance(w.transform_point3(axis * r)));
+                    check(a[at + 1].distance(w.transform_point3(-axis * r)));
+                }
+            }
+        }
+    }
+    let d = rig.diagonal.max(f64::MIN_POSITIVE);
+    Ok(DeliveredError {
+        clips: source_clips.len(),
+        measured,
+        max,
+        max_relative: max / d,
+        within_share: if measured == 0 {
+            1.0
+        } else {
+            within as f64 / measured as f64
+        },
+    })
+}
+
+fn vertex_count(rig: &Rig) -> usize {
+    rig.mesh_nodes
+        .iter()
+        .map(|&n| {
+            rig.meshes[rig.nodes[n].mesh.unwrap()]
+                .primitives
+                .iter()
+                .map(|p| p.positions.len())
+                .sum::<usize>()
+        })
+        .sum()
+}
+
+/// The first point of each mesh node, in `Rig::points` order.
+fn point_offsets(rig: &Rig) -> Vec<(usize, usize)> {
+    let mut at = 0;
+    rig.mesh_nodes
+        .iter()
+        .map(|&n| {
+            let start = at;
+            at += rig.meshes[rig.nodes[n].mesh.unwrap()]
+                .primitives
+                .iter()
+                .map(|p| p.positions.len())
+                .sum::<usize>();
+            (n, start)
+        })
+        .collect()
+}
+
+/// (source point, delivered point) for every source vertex that is drawn.
+fn point_pairs(rig: &Rig, out: &Rig, map: &VertexMap) -> Result<Vec<(usize, usize)>, GltfError> {
+    let delivered = point_offsets(out);
+    let source_nodes = rig.nodes.len();
+    let mut pairs = Vec::new();
+    for (n, start) in point_offsets(rig) {
+        let m = rig.nodes[n].mesh.unwrap();
+        // The node itself, or the child appended to carry its moved mesh.
+        let carrier = delivered.iter().find(|&&(d, _)| {
+            out.nodes[d].mesh == Some(m)
+                && (d == n || (d >= source_nodes && out.nodes[d].parent == Some(n)))
+        });
+        let Some(&(_, delivered_start)) = carrier else {
+            return Err(crate::gltf::invalid(
+                format!("nodes[{n}]"),
+                format!("mesh {m} is not drawn there in the delivered file"),
+            ));
+        };
+        let (mut base, mut delivered_base) = (start, delivered_start);
+        let out_mesh = &out.meshes[m];
+        for (p, primitive) in rig.meshes[m].primitives.iter().enumerate() {
+            let remap = map.get(m).and_then(|mesh| mesh.get(p));
+            let delivered_len = out_mesh.primitives.get(p).map_or(0, |q| q.positions.len());
+            match remap {
+                Some(remap) if remap.len() == primitive.positions.len() => {
+                    for (v, &o) in remap.iter().enumerate() {
+                        if o == u32::MAX {
+                            continue;
+                        }
+                        if o as usize >= delivered_len {
+                            return Err(crate::gltf::invalid(
+                                format!("meshes[{m}].primitives[{p}]"),
+                                format!(
+                                    "vertex {v} maps to {o}, beyond the delivered {delivered_len}"
+                                ),
+                            ));
+                        }
+                        pairs.push((base + v, delivered_base + o as usize));
+                    }
+                }
+                _ => {
+                    return Err(crate::gltf::invalid(
+                        format!("meshes[{m}].primitives[{p}]"),
+                        "no vertex map for this primitive",
+                    ));
+                }
+            }
+            base += primitive.positions.len();
+            delivered_base += delivered_len;
+        }
+    }
+    Ok(pairs)
+}

@@ -13,6 +13,8 @@ pub(super) struct PrimitiveOut {
     pub(super) normal_error: (f64, f64),
     pub(super) sparse_targets: u64,
     pub(super) dropped_targets: u64,
+    /// Where each source vertex is in the output (`u32::MAX`: no triangle used it, dropped).
+    pub(super) output_of: Vec<u32>,
 }
 
 /// A float attribute stream: `count × components`.
@@ -125,6 +127,7 @@ pub(super) fn process_primitive(
         }
         total
     });
+    let weight_max = unorm_max(weight_storage(options.weight_bits)) as f32;
     // A joint whose weight quantizes to zero does not matter: storing 0 there lets more
     // vertices merge and compresses better (and the validator stops warning about it).
     for set in 0.. {
@@ -146,7 +149,7 @@ pub(super) fn process_primitive(
         for (v, joints) in streams[j].values.chunks_mut(4).enumerate() {
             let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
             for k in 0..4 {
-                if (weights[v * 4 + k] / total * 255.0).round() == 0.0 {
+                if (weights[v * 4 + k] / total * weight_max as f32).round() == 0.0 {
                     joints[k] = 0.0;
                 }
             }
@@ -166,6 +169,7 @@ pub(super) fn process_primitive(
     }
 
     let mut original_of: Vec<u32> = (0..vertex_count as u32).collect();
+    let mut output_of: Vec<u32> = original_of.clone();
     let mut new_count = vertex_count;
 
     // Only triangle lists are reordered; other modes keep their order, and are quantized.
@@ -217,6 +221,16 @@ pub(super) fn process_primitive(
             }
         }
         indices = Some(list.iter().map(|&i| fetch[i as usize]).collect());
+        output_of = remap
+            .iter()
+            .map(|&id| {
+                if id == u32::MAX {
+                    u32::MAX
+                } else {
+                    fetch[id as usize]
+                }
+            })
+            .collect();
         original_of = order;
         new_count = used;
     }
@@ -356,6 +370,7 @@ pub(super) fn process_primitive(
         normal_error,
         sparse_targets,
         dropped_targets,
+        output_of,
     })
 }
 
@@ -604,10 +619,16 @@ pub(super) fn encode_attribute(
         _ if name.starts_with("WEIGHTS_") && n == 4 => {
             let totals = weights_total.unwrap_or(&[]);
             let first_set = weight_sets.first().is_some_and(|s| s == name);
-            let q = quantize_weights(values, totals, first_set);
-            let (bytes, stride) = pack_ints(&q, 4, 8);
+            let storage = weight_storage(options.weight_bits);
+            let q = quantize_weights(values, totals, first_set, unorm_max(storage));
+            let (bytes, stride) = pack_ints(&q, 4, storage);
+            let component_type = if storage == 8 {
+                UNSIGNED_BYTE
+            } else {
+                UNSIGNED_SHORT
+            };
             Ok(EncodedAttribute {
-                accessor: json!({"componentType": UNSIGNED_BYTE, "normalized": true, "type": "VEC4"}),
+                accessor: json!({"componentType": component_type, "normalized": true, "type": "VEC4"}),
                 bytes,
                 stride,
                 filter: "NONE",

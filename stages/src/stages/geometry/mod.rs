@@ -31,8 +31,11 @@ pub use crate::gltf::meshopt_write::MeshoptCodec;
 use crate::gltf::meshopt_write::{DEFAULT_VERTEX_LEVEL, write_meshopt};
 use crate::gltf::{Asset, GltfError, Resources, invalid, meshopt_codec};
 
-use super::animation::{AnimationOptions, AnimationReport, compress_animations};
+use super::animation::{AnimationOptions, AnimationReport, Tolerance, compress_animations};
 use super::{Stage, StageError};
+use crate::animation::Rig;
+use crate::animation::metric::{DeliveredError, VertexMap, delivered_error};
+use crate::gltf::NoResources;
 pub use crate::ir::variant_path;
 use crate::ir::{FileTree, Files, Inventory, InventoryEntry, ModelPaths};
 
@@ -57,6 +60,9 @@ pub struct GeometryOptions {
     pub tangent_bits: u32,
     pub color_bits: u32,
     pub morph_bits: u32,
+    /// Skin weights: 8 (normalized bytes) or 16 bits (shorts). An animated model whose
+    /// delivered error would break the animation tolerance with 8 gets 16 (the error budget).
+    pub weight_bits: u32,
     pub codec: MeshoptCodec,
     /// meshopt vertex codec level (0–3; only with codec version 1, i.e. `Khr`).
     pub vertex_level: i32,
@@ -76,6 +82,7 @@ impl Default for GeometryOptions {
             tangent_bits: 12,
             color_bits: 8,
             morph_bits: 8,
+            weight_bits: 8,
             codec: MeshoptCodec::Ext,
             vertex_level: DEFAULT_VERTEX_LEVEL,
             sparse_morph_targets: true,
@@ -106,6 +113,31 @@ pub struct OptimizedModel {
     pub quantized: Vec<u8>,
     pub meshopt: Vec<u8>,
     pub report: ModelReport,
+    /// Where each source vertex is in both variants (they hold the same vertices).
+    pub vertex_map: VertexMap,
+}
+
+/// The animation tolerance held on the files a player gets: the delivered variants measured
+/// against the source with the animation metric, geometry quantization included.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DeliveredBudget {
+    /// The animation tolerance, relative to the model's bounding-box diagonal.
+    pub tolerance_relative: f64,
+    /// Error of the geometry's quantization alone (the source's animation on the quantized
+    /// vertices and weights), relative.
+    pub geometry_relative: f64,
+    /// What the animation pass was given: the tolerance less the geometry's share, relative.
+    pub animation_tolerance_relative: f64,
+    pub position_bits: u32,
+    pub weight_bits: u32,
+    pub morph_bits: u32,
+    /// Largest measured error of each delivered variant, relative.
+    pub quantized_max_relative: f64,
+    pub meshopt_max_relative: f64,
+    /// (sample, point) pairs measured per variant.
+    pub measured: usize,
+    /// Builds tried until the budget held (1: the first).
+    pub attempts: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
@@ -129,6 +161,9 @@ pub struct ModelReport {
     /// What the animation stage did (models with animations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub animation: Option<AnimationReport>,
+    /// The error budget on the delivered variants (models with animations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<DeliveredBudget>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
@@ -144,6 +179,9 @@ pub enum ModelError {
     Unsupported(String),
     #[error("{0}")]
     NonFinite(String),
+    /// No variant holds the animation tolerance: the original is served, with the reason.
+    #[error("{0}")]
+    OverBudget(String),
 }
 
 /// Extensions this stage can carry through (they reference no accessors or views it moves,
@@ -187,19 +225,142 @@ pub fn optimize_model(
             return Err(ModelError::Unsupported(name.to_string()));
         }
     }
-    let mut report = ModelReport {
-        bytes_before: bytes.len() as u64,
-        ..ModelReport::default()
+    let model = match &options.animation {
+        Some(animation) if !source.array("animations").is_empty() => {
+            within_budget(&source, &options, animation)?
+        }
+        _ => build_variants(&source, &options)?,
     };
+    Ok(OptimizedModel {
+        report: ModelReport {
+            bytes_before: bytes.len() as u64,
+            ..model.report
+        },
+        ..model
+    })
+}
+
+/// The most of the animation tolerance the geometry's quantization may take before it gets
+/// more bits. 14-bit positions alone can move a vertex by 0.87 of a grid step, up to 3e-5 of
+/// a cube's diagonal: 60 % of the default tolerance.
+const GEOMETRY_SHARE: f64 = 0.6;
+
+/// The error budget: the animation tolerance bounds the delivered files. Geometry's share is
+/// measured first (the source's own animation on the quantized vertices, skin weights and
+/// morph targets; more bits while it takes more than `GEOMETRY_SHARE`); the animation pass
+/// gets the rest; both variants are then measured, and the animation's share halved until
+/// they hold. A model that cannot be brought within it is not optimised (`OverBudget`).
+fn within_budget(
+    source: &Asset,
+    options: &GeometryOptions,
+    animation: &AnimationOptions,
+) -> Result<OptimizedModel, ModelError> {
+    let diagonal = Rig::read(source, animation.metric.shell)?.diagonal;
+    let relative = |x: f64| x / diagonal.max(f64::MIN_POSITIVE);
+    let tolerance = match animation.tolerance {
+        Tolerance::Relative(r) => r * diagonal,
+        Tolerance::Absolute(a) => a,
+    };
+    let measure = |bytes: &[u8], map: &VertexMap| -> Result<DeliveredError, ModelError> {
+        let delivered = Asset::read(bytes, &NoResources)?;
+        Ok(delivered_error(
+            source,
+            &delivered,
+            map,
+            &animation.metric,
+            tolerance,
+        )?)
+    };
+    // Geometry's share, with more bits while it takes more than half of the budget.
+    let mut geometry = GeometryOptions {
+        animation: None,
+        ..options.clone()
+    };
+    // Positions first (they cost the fewest bytes per bit), then weights and morph targets.
+    let (p, w, m) = (
+        geometry.position_bits,
+        geometry.weight_bits,
+        geometry.morph_bits,
+    );
+    let steps = [
+        (p, w, m),
+        ((p + 2).min(16), w, m),
+        ((p + 2).min(16), 16, (m + 4).min(16)),
+        (16, 16, 16),
+    ];
+    let mut geometry_error = f64::INFINITY;
+    for (position_bits, weight_bits, morph_bits) in steps {
+        geometry.position_bits = position_bits;
+        geometry.weight_bits = weight_bits;
+        geometry.morph_bits = morph_bits;
+        let alone = build_variants(source, &geometry)?;
+        geometry_error = measure(&alone.quantized, &alone.vertex_map)?.max;
+        if geometry_error <= tolerance * GEOMETRY_SHARE {
+            break;
+        }
+    }
+    if geometry_error >= tolerance {
+        return Err(ModelError::OverBudget(format!(
+            "quantizing the geometry alone moves the animated vertices by {:.3e} of the diagonal, beyond the animation tolerance {:.3e} even at {} position, {} weight and {} morph bits",
+            relative(geometry_error),
+            relative(tolerance),
+            geometry.position_bits,
+            geometry.weight_bits,
+            geometry.morph_bits
+        )));
+    }
+    let mut share = (tolerance - geometry_error) * 0.9;
+    let mut worst = 0.0;
+    for attempt in 1..=4 {
+        let options = GeometryOptions {
+            animation: Some(AnimationOptions {
+                tolerance: Tolerance::Absolute(share),
+                ..animation.clone()
+            }),
+            ..geometry.clone()
+        };
+        let mut model = build_variants(source, &options)?;
+        let quantized = measure(&model.quantized, &model.vertex_map)?;
+        let meshopt = measure(&model.meshopt, &model.vertex_map)?;
+        worst = quantized.max.max(meshopt.max);
+        if worst <= tolerance {
+            model.report.delivered = Some(DeliveredBudget {
+                tolerance_relative: relative(tolerance),
+                geometry_relative: relative(geometry_error),
+                animation_tolerance_relative: relative(share),
+                position_bits: geometry.position_bits,
+                weight_bits: geometry.weight_bits,
+                morph_bits: geometry.morph_bits,
+                quantized_max_relative: quantized.max_relative,
+                meshopt_max_relative: meshopt.max_relative,
+                measured: quantized.measured,
+                attempts: attempt,
+            });
+            return Ok(model);
+        }
+        share /= 2.0;
+    }
+    Err(ModelError::OverBudget(format!(
+        "the delivered variants' animation error stays above the tolerance {:.3e} of the diagonal (last {:.3e})",
+        relative(tolerance),
+        relative(worst)
+    )))
+}
+
+/// Both variants of `source` with these options, and where each source vertex went.
+fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<OptimizedModel, ModelError> {
+    let mut report = ModelReport::default();
     let mut codecs: HashMap<usize, ViewCodec> = HashMap::new();
     // Animations first, on the source's own geometry (the metric's vertices); the geometry
     // below carries the new animation data through.
+    let compressed;
     let source = match &options.animation {
         Some(animation) if !source.array("animations").is_empty() => {
-            let compressed = compress_animations(&source, animation)?;
-            codecs.extend(compressed.codecs);
-            report.animation = Some(compressed.report);
-            compressed.asset
+            let c = compress_animations(source, animation)?;
+            codecs.extend(c.codecs);
+            report.animation = Some(c.report);
+            compressed = c.asset;
+            &compressed
         }
         _ => source,
     };
@@ -214,6 +375,7 @@ pub fn optimize_model(
     };
     let mut sq_error = 0f64;
     let mut normal_error = (0f64, 0f64);
+    let mut vertex_map: VertexMap = Vec::new();
 
     let mesh_count = source.array("meshes").len();
     for m in 0..mesh_count {
@@ -221,6 +383,7 @@ pub fn optimize_model(
             .as_array()
             .cloned()
             .unwrap_or_default();
+        vertex_map.push(Vec::new());
         for (p, primitive) in primitives.iter().enumerate() {
             let what = format!("meshes[{m}].primitives[{p}]");
             let uv = uv_grids.get(&primitive.get("material").and_then(Value::as_u64));
@@ -246,6 +409,7 @@ pub fn optimize_model(
             normal_error.0 = normal_error.0.max(out.normal_error.0);
             normal_error.1 = normal_error.1.max(out.normal_error.1);
             asset.json["meshes"][m]["primitives"][p] = out.primitive;
+            vertex_map[m].push(out.output_of);
         }
     }
     if let Some(grid) = &grid {
@@ -274,6 +438,7 @@ pub fn optimize_model(
         quantized,
         meshopt,
         report,
+        vertex_map,
     })
 }
 
@@ -454,6 +619,13 @@ fn optimize_tree(
                     report: model.report,
                 })));
             }
+            Err(ModelError::OverBudget(why)) => {
+                report.kept_unchanged += 1;
+                outcomes.push(ModelOutcome::Kept(
+                    entry.path.clone(),
+                    format!("{why}; kept unchanged"),
+                ));
+            }
             Err(ModelError::Unsupported(ext)) => {
                 report.kept_unchanged += 1;
                 outcomes.push(ModelOutcome::Kept(
@@ -470,6 +642,9 @@ fn optimize_tree(
     }
     Ok((tree, outcomes, report))
 }
+
+#[cfg(test)]
+mod budget_tests;
 
 #[cfg(test)]
 mod tests {

@@ -35,6 +35,14 @@ pub(super) fn encode_target(
                     .map(|d| ((d / grid.scale).round() as i64).unsigned_abs())
                     .max()
                     .unwrap_or(0);
+                if max > 32_767 && deltas.iter().all(|d| d.is_finite()) {
+                    // Deltas beyond a short in grid units (a target moving vertices by more
+                    // than half the model at 16-bit positions): floats in grid units, exact,
+                    // instead of clamped.
+                    let units: Vec<f32> = deltas.iter().map(|d| d / grid.scale).collect();
+                    let index = accessors::push_floats(asset, &units, n, None, true);
+                    return Ok((index, TargetKind::Dense));
+                }
                 let limit = (1u64 << (options.morph_bits - 1)) - 1;
                 let step = max.div_ceil(limit).max(1) as i64;
                 let q: Vec<i32> = deltas

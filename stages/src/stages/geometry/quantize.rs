@@ -306,13 +306,18 @@ pub(super) fn floats(values: &[f32]) -> Value {
 
 /// Skin weights as normalised bytes that sum to exactly 255 across all sets: rounding error
 /// goes to the largest weight of the first set.
-pub(super) fn quantize_weights(values: &[f32], totals: &[f32], first_set: bool) -> Vec<i32> {
+pub(super) fn quantize_weights(
+    values: &[f32],
+    totals: &[f32],
+    first_set: bool,
+    max: i32,
+) -> Vec<i32> {
     let mut out = Vec::with_capacity(values.len());
     for (v, chunk) in values.chunks(4).enumerate() {
         let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
         let q: Vec<i32> = chunk
             .iter()
-            .map(|w| ((w / total) * 255.0).round() as i32)
+            .map(|w| ((w / total) * max as f32).round() as i32)
             .collect();
         out.extend(q);
     }
@@ -320,11 +325,21 @@ pub(super) fn quantize_weights(values: &[f32], totals: &[f32], first_set: bool) 
         // Fix the sum (of this set; other sets are rounded on their own and small).
         for chunk in out.chunks_mut(4) {
             let sum: i32 = chunk.iter().sum();
-            if sum != 255 && sum > 0 {
+            if sum != max && sum > 0 {
                 let (largest, _) = chunk.iter().enumerate().max_by_key(|(_, w)| **w).unwrap();
-                chunk[largest] = (chunk[largest] + 255 - sum).clamp(0, 255);
+                chunk[largest] = (chunk[largest] + max - sum).clamp(0, max);
             }
         }
     }
     out
+}
+
+/// Skin weights are stored in 8 or 16 bits (glTF allows normalized bytes or shorts).
+pub(super) fn weight_storage(bits: u32) -> u32 {
+    if bits > 8 { 16 } else { 8 }
+}
+
+/// The largest value of an unsigned normalized integer of `storage` bits.
+pub(super) fn unorm_max(storage: u32) -> i32 {
+    (1i32 << storage) - 1
 }
