@@ -149,7 +149,7 @@ pub(super) fn process_primitive(
         for (v, joints) in streams[j].values.chunks_mut(4).enumerate() {
             let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
             for k in 0..4 {
-                if (weights[v * 4 + k] / total * weight_max as f32).round() == 0.0 {
+                if (weights[v * 4 + k] / total * weight_max).round() == 0.0 {
                     joints[k] = 0.0;
                 }
             }

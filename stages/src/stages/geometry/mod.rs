@@ -365,13 +365,13 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
         _ => source,
     };
     let mut asset = source.clone();
-    let grid = position_grid(&source, options.position_bits)?;
+    let grid = position_grid(source, options.position_bits)?;
     // Integer UVs with the scale in KHR_texture_transform, per material; variants of a
     // material (KHR_materials_variants) would need one grid for several: normalised UVs there.
     let uv_grids = if source.uses_extension("KHR_materials_variants") {
         HashMap::new()
     } else {
-        uv_grids(&source)?
+        uv_grids(source)?
     };
     let mut sq_error = 0f64;
     let mut normal_error = (0f64, 0f64);
@@ -388,14 +388,14 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
             let what = format!("meshes[{m}].primitives[{p}]");
             let uv = uv_grids.get(&primitive.get("material").and_then(Value::as_u64));
             let out = process_primitive(
-                &source,
+                source,
                 &mut asset,
                 primitive,
                 Grids {
                     position: &grid,
                     uv,
                 },
-                &options,
+                options,
                 &what,
                 &mut codecs,
             )?;
