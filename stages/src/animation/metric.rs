@@ -437,7 +437,6 @@ pub fn delivered_error(
         ));
     }
     let pairs = point_pairs(&rig, &out, map)?;
-    let shell_start: usize = vertex_count(&rig);
     let (mut ps, mut pd) = (rig.rest_pose(), out.rest_pose());
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let (mut max, mut measured, mut within) = (0f64, 0usize, 0usize);
@@ -450,6 +449,8 @@ pub fn delivered_error(
         for t in sample_times(s, options.rate_multiplier) {
             rig.pose_at(s, t, &mut ps);
             rig.points(&ps, &mut a);
+            // `Rig::points` ends with six shell points per shell node.
+            let shell_start = a.len() - 6 * rig.shell_nodes.len();
             out.pose_at(d, t, &mut pd);
             out.points(&pd, &mut b);
             for &(i, j) in &pairs {
@@ -479,19 +480,6 @@ pub fn delivered_error(
             within as f64 / measured as f64
         },
     })
-}
-
-fn vertex_count(rig: &Rig) -> usize {
-    rig.mesh_nodes
-        .iter()
-        .map(|&n| {
-            rig.meshes[rig.nodes[n].mesh.unwrap()]
-                .primitives
-                .iter()
-                .map(|p| p.positions.len())
-                .sum::<usize>()
-        })
-        .sum()
 }
 
 /// The first point of each mesh node, in `Rig::points` order.
