@@ -61,8 +61,10 @@ def record(worker: Path, name: str, source: Path, skip: set, scratch: Path, out:
     if package(source, zip_path, skip) == 0:
         return False
     dest = scratch / name
+    key = scratch / "signing.key"  # --key is a key file (hex seed), not the seed itself
+    key.write_text(KEY)
     run = subprocess.run(
-        [str(worker), "process", str(zip_path), "--out", str(dest), "--vat", "--key", KEY,
+        [str(worker), "process", str(zip_path), "--out", str(dest), "--vat", "--key", str(key),
          "--game", "baseline", "--version", "1.0.0", "--build-id", "baseline"],
         capture_output=True, text=True,
     )

@@ -198,7 +198,9 @@ impl Asset {
 
 /// Assembles a GLB container from JSON and an optional binary chunk.
 pub fn write_glb(json: &Value, bin: Option<&[u8]>) -> Vec<u8> {
-    let mut json_bytes = serde_json::to_vec(json).expect("JSON serialises");
+    let mut json = json.clone();
+    shortest_numbers(&mut json);
+    let mut json_bytes = serde_json::to_vec(&json).expect("JSON serialises");
     while !json_bytes.len().is_multiple_of(4) {
         json_bytes.push(b' ');
     }
@@ -219,6 +221,30 @@ pub fn write_glb(json: &Value, bin: Option<&[u8]>) -> Vec<u8> {
         out.resize(out.len() + padded - bin.len(), 0);
     }
     out
+}
+
+/// Numbers that are single-precision floats (every value Kiln computes from the buffers, and
+/// every source number a reader stores as one) are written with the fewest digits that read
+/// back as the same `f32`: `0.1` instead of `0.10000000149011612`, 9 characters fewer per
+/// number in accessor bounds, transforms and dequantization scales. Numbers no `f32` equals
+/// (a source's `0.123456789012`) are left as written.
+pub fn shortest_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if n.is_f64()
+                && let Some(x) = n.as_f64()
+                && let single = x as f32
+                && f64::from(single) == x
+                && let Ok(short) = single.to_string().parse::<f64>()
+                && let Some(short) = serde_json::Number::from_f64(short)
+            {
+                *n = short;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(shortest_numbers),
+        Value::Object(map) => map.values_mut().for_each(shortest_numbers),
+        _ => {}
+    }
 }
 
 /// Runs one model's work, turning a panic (a bug in Kiln that a hostile file found) into that
@@ -683,6 +709,25 @@ mod tests {
         let back = Asset::read(&glb, &NoResources).unwrap();
         assert_eq!(back.views, vec![vec![1, 2, 3]]);
         assert_eq!(back.json["extras"]["keep"], true);
+    }
+
+    #[test]
+    fn single_precision_numbers_are_written_short_and_read_back_the_same() {
+        let tenth = f64::from(0.1f32);
+        let source = json!({"asset": {"version": "2.0"},
+            "extras": {"f32": [tenth, f64::from(-1.0e-30f32), f64::from(3.4e38f32), 2.5, 7],
+                       "f64": 0.123456789012}});
+        let glb = write_glb(&source, None);
+        let (text, _) = split_glb(&glb).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("[0.1,-1e-30,3.4e+38,2.5,7]"), "{text}");
+        assert!(text.contains("0.123456789012"), "{text}");
+        let back: Value = serde_json::from_str(text.trim_end()).unwrap();
+        for (i, read) in back["extras"]["f32"].as_array().unwrap().iter().enumerate() {
+            let written = source["extras"]["f32"][i].as_f64().unwrap();
+            assert_eq!(read.as_f64().unwrap() as f32, written as f32, "number {i}");
+        }
+        assert_eq!(back["extras"]["f64"], source["extras"]["f64"]);
     }
 
     #[test]

@@ -441,27 +441,40 @@ fn triangle_indices(asset: &Asset, primitive: &Value, count: usize) -> Result<Ve
 
 /// Evaluates mesh node `node` at every frame of every clip (and at rest).
 pub fn evaluate(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Frames {
-    let deformer = Deformer::new(rig, node);
-    let vertices = deformer.vertices;
+    evaluate_all(rig, clips, &[node], frame_rate)
+        .pop()
+        .expect("one frame set per node")
+}
+
+/// Evaluates every mesh node of `nodes` at every frame of every clip (and at rest), posing
+/// the rig once per frame for all of them (a model's meshes share its skeleton).
+pub fn evaluate_all(rig: &Rig, clips: &[Clip], nodes: &[usize], frame_rate: f64) -> Vec<Frames> {
+    let deformers: Vec<Deformer> = nodes.iter().map(|&n| Deformer::new(rig, n)).collect();
     let rest_pose = rig.rest_pose();
-    let mut rest = vec![[0.0; 3]; vertices];
-    let mut rest_normals = vec![[0.0; 3]; vertices];
-    deformer.deform(rig, &rest_pose, &mut rest, &mut rest_normals);
-    rest_normals.iter_mut().for_each(|n| *n = unit(*n));
-    // Every frame's room at once, filled in place.
     let counts: Vec<usize> = clips
         .iter()
         .map(|c| clip_frames(c.range().1, frame_rate))
         .collect();
     let total: usize = counts.iter().sum();
-    let mut frames = Frames {
-        vertices,
-        positions: vec![[0.0; 3]; total * vertices],
-        normals: vec![[0.0; 3]; total * vertices],
-        rest,
-        rest_normals,
-        clips: Vec::new(),
-    };
+    let mut all: Vec<Frames> = deformers
+        .iter()
+        .map(|deformer| {
+            let vertices = deformer.vertices;
+            let mut rest = vec![[0.0; 3]; vertices];
+            let mut rest_normals = vec![[0.0; 3]; vertices];
+            deformer.deform(rig, &rest_pose, &mut rest, &mut rest_normals);
+            rest_normals.iter_mut().for_each(|n| *n = unit(*n));
+            // Every frame's room at once, filled in place.
+            Frames {
+                vertices,
+                positions: vec![[0.0; 3]; total * vertices],
+                normals: vec![[0.0; 3]; total * vertices],
+                rest,
+                rest_normals,
+                clips: Vec::new(),
+            }
+        })
+        .collect();
     let mut pose = rest_pose;
     let mut first = 0;
     for (i, (clip, &count)) in clips.iter().zip(&counts).enumerate() {
@@ -469,25 +482,30 @@ pub fn evaluate(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Fram
         for f in 0..count {
             let t = (f as f64 / frame_rate).min(duration);
             rig.pose_at(clip, t, &mut pose);
-            let at = (first + f) * vertices..(first + f + 1) * vertices;
-            deformer.deform(
-                rig,
-                &pose,
-                &mut frames.positions[at.clone()],
-                &mut frames.normals[at],
-            );
+            for (deformer, frames) in deformers.iter().zip(&mut all) {
+                let vertices = frames.vertices;
+                let at = (first + f) * vertices..(first + f + 1) * vertices;
+                deformer.deform(
+                    rig,
+                    &pose,
+                    &mut frames.positions[at.clone()],
+                    &mut frames.normals[at],
+                );
+            }
         }
-        frames.clips.push(ClipEntry {
-            name: clip_name(clip, i),
-            first_frame: first,
-            frames: count,
-            duration,
-            frame_span: duration * frame_rate,
-            looping: false,
-        });
+        for frames in &mut all {
+            frames.clips.push(ClipEntry {
+                name: clip_name(clip, i),
+                first_frame: first,
+                frames: count,
+                duration,
+                frame_span: duration * frame_rate,
+                looping: false,
+            });
+        }
         first += count;
     }
-    frames
+    all
 }
 
 /// Frames of a clip: one every `1 / frame_rate` seconds from 0, the last at its exact end.
@@ -535,19 +553,36 @@ pub fn bake_model(asset: &Asset, source: &str, options: &VatOptions) -> Result<V
     let mut meshes = Vec::new();
     let mut report = VatModelReport::default();
     let mut used = Vec::new();
-    for node in nodes {
-        let folder = folder_name(asset, node, &mut used);
-        check_samples(&rig, &clips, node, options.frame_rate)?;
+    // Meshes are evaluated together (one pose per frame for all), in batches that hold at
+    // most MAX_SAMPLES vertex samples between them, as one mesh alone may.
+    let mut batches: Vec<(Vec<usize>, usize)> = Vec::new();
+    for &node in &nodes {
+        let samples = check_samples(&rig, &clips, node, options.frame_rate)?;
+        match batches.last_mut() {
+            Some((batch, held)) if *held + samples <= MAX_SAMPLES => {
+                batch.push(node);
+                *held += samples;
+            }
+            _ => batches.push((vec![node], samples)),
+        }
+    }
+    for (batch, _) in batches {
         let started = Instant::now();
-        let mut frames = evaluate(&rig, &clips, node, options.frame_rate);
+        let all = evaluate_all(&rig, &clips, &batch, options.frame_rate);
+        // One evaluation for the batch: each mesh's share of its time by vertices.
         let evaluate_seconds = started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        let (mesh, mut mesh_report) =
-            bake_mesh(asset, &rig, node, &folder, source, &mut frames, options)?;
-        mesh_report.evaluate_seconds = evaluate_seconds;
-        mesh_report.encode_seconds = started.elapsed().as_secs_f64();
-        report.meshes.push(mesh_report);
-        meshes.push(mesh);
+        let batch_vertices = all.iter().map(|f| f.vertices).sum::<usize>().max(1);
+        for (node, mut frames) in batch.into_iter().zip(all) {
+            let folder = folder_name(asset, node, &mut used);
+            let started = Instant::now();
+            let share = frames.vertices as f64 / batch_vertices as f64;
+            let (mesh, mut mesh_report) =
+                bake_mesh(asset, &rig, node, &folder, source, &mut frames, options)?;
+            mesh_report.evaluate_seconds = evaluate_seconds * share;
+            mesh_report.encode_seconds = started.elapsed().as_secs_f64();
+            report.meshes.push(mesh_report);
+            meshes.push(mesh);
+        }
     }
     Ok(VatBake { meshes, report })
 }
@@ -557,8 +592,13 @@ pub fn bake_model(asset: &Asset, source: &str, options: &VatOptions) -> Result<V
 pub const MAX_SAMPLES: usize = 1 << 25;
 
 /// Refuses a bake whose frames × vertices would not fit in memory, before allocating them
-/// (a clip can claim to last 10¹² seconds).
-fn check_samples(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Result<(), VatError> {
+/// (a clip can claim to last 10¹² seconds). Returns the mesh's vertex samples.
+fn check_samples(
+    rig: &Rig,
+    clips: &[Clip],
+    node: usize,
+    frame_rate: f64,
+) -> Result<usize, VatError> {
     let vertices = Deformer::new(rig, node).vertices;
     let mut frames = 0usize;
     for (i, clip) in clips.iter().enumerate() {
@@ -576,7 +616,7 @@ fn check_samples(rig: &Rig, clips: &[Clip], node: usize, frame_rate: f64) -> Res
             )));
         }
     }
-    Ok(())
+    Ok(frames * vertices.max(1))
 }
 
 fn check_options(options: &VatOptions) -> Result<(), VatError> {

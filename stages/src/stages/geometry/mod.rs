@@ -25,7 +25,7 @@ use crate::gltf::accessors::{
     self, ARRAY_BUFFER, BYTE, ELEMENT_ARRAY_BUFFER, FLOAT, Layout, SHORT, UNSIGNED_BYTE,
     UNSIGNED_INT, UNSIGNED_SHORT, min_max, pack_floats, push_accessor, push_view,
 };
-use crate::gltf::cleanup::{add_extension, collect_garbage};
+use crate::gltf::cleanup::{Pruned, add_extension, collect_garbage, merge_views, prune_unused};
 use crate::gltf::meshopt_codec::ViewCodec;
 pub use crate::gltf::meshopt_write::MeshoptCodec;
 use crate::gltf::meshopt_write::{DEFAULT_VERTEX_LEVEL, write_meshopt};
@@ -158,6 +158,8 @@ pub struct ModelReport {
     pub max_normal_error_degrees_meshopt: f64,
     pub sparse_targets: u64,
     pub dropped_zero_targets: u64,
+    /// Materials and samplers nothing used, dropped.
+    pub pruned: Pruned,
     /// What the animation stage did (models with animations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub animation: Option<AnimationReport>,
@@ -429,7 +431,9 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
     if mesh_count > 0 {
         add_extension(&mut asset.json, "KHR_mesh_quantization", true);
     }
+    report.pruned = prune_unused(&mut asset.json);
     let codecs = collect_garbage(&mut asset, codecs);
+    let codecs = merge_views(&mut asset, codecs);
     let quantized = asset.to_glb();
     let meshopt = write_meshopt(&asset, &codecs, options.codec, options.vertex_level);
     report.quantized_bytes = quantized.len() as u64;
@@ -807,6 +811,71 @@ mod tests {
                     "{v}: {expected:?} vs {got:?}"
                 );
             }
+        }
+    }
+
+    /// Two meshes: their positions, normals, UVs and indices each share one view (as
+    /// gltfpack writes them), and each accessor reads back its own mesh's data.
+    #[test]
+    fn views_of_the_same_kind_are_packed_into_one() {
+        let mut asset = Asset::read(&quad(), &NoResources).unwrap();
+        // A second mesh, a copy of the first scaled by 3 (its own accessors and views).
+        let views = asset.array("bufferViews").to_vec();
+        let mut accessors_json = asset.array("accessors").to_vec();
+        for a in 0..3 {
+            let mut data = asset.views[a].clone();
+            if a == 0 {
+                let scaled: Vec<f32> = data
+                    .chunks(4)
+                    .map(|c| 3.0 * f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                data = pack_floats(&scaled);
+            }
+            asset.views.push(data);
+            let mut accessor = accessors_json[a].clone();
+            accessor["bufferView"] = json!(3 + a);
+            if a == 0 {
+                accessor["max"] = json!([6, 3, 0]);
+            }
+            accessors_json.push(accessor);
+        }
+        let mut all_views = views.clone();
+        all_views.extend(views);
+        asset.json["bufferViews"] = json!(all_views);
+        asset.json["accessors"] = json!(accessors_json);
+        asset.json["meshes"].as_array_mut().unwrap().push(
+            json!({"primitives": [{"attributes": {"POSITION": 3, "NORMAL": 4, "TEXCOORD_0": 5}}]}),
+        );
+        asset.json["nodes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"mesh": 1}));
+        asset.json["scenes"][0]["nodes"] = json!([0, 1]);
+        let out =
+            optimize_model(&asset.to_glb(), &NoResources, &GeometryOptions::default()).unwrap();
+        for (variant, bytes) in [("quantized", &out.quantized), ("meshopt", &out.meshopt)] {
+            let q = Asset::read(bytes, &NoResources).unwrap();
+            // Positions, normals, UVs, indices: four views for eight accessors.
+            assert_eq!(q.array("accessors").len(), 8, "{variant}");
+            assert_eq!(q.array("bufferViews").len(), 4, "{variant}");
+            let read = |m: usize, name: &str| {
+                let prim = &q.json["meshes"][m]["primitives"][0];
+                let a = if name == "indices" {
+                    &prim["indices"]
+                } else {
+                    &prim["attributes"][name]
+                };
+                accessors::read_f32(&q, a.as_u64().unwrap() as usize)
+                    .unwrap()
+                    .1
+            };
+            for name in ["POSITION", "NORMAL", "TEXCOORD_0", "indices"] {
+                assert_eq!(read(0, name).len(), read(1, name).len(), "{variant} {name}");
+            }
+            // The second mesh's quantized positions are its own: three times as far out.
+            let max = |m: usize| read(m, "POSITION").into_iter().fold(0f32, f32::max);
+            assert!((max(1) / max(0) - 3.0).abs() < 1e-3, "{variant}");
+            assert_eq!(read(0, "NORMAL"), read(1, "NORMAL"), "{variant}");
         }
     }
 
