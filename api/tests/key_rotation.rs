@@ -82,7 +82,10 @@ async fn a_page_built_before_a_rotation_verifies_the_resigned_manifest() {
     let key_b = key_a.with_extension("b");
     let kiln = Kiln::start_with(Deployment::Embedded, |c| {
         c.signing_key_file = key_a.display().to_string();
-        c.library.manifest_ttl_secs = 6;
+        // Re-signed once less than half of it is left: every manifest served is valid for
+        // 8 s more at least, time for a busy machine's browser to load the page and verify
+        // it (at 6 s a loaded machine saw `expired`), and a new key signs within 10 s.
+        c.library.manifest_ttl_secs = 20;
         c.library.resign_interval_secs = 1;
     })
     .await;
@@ -157,7 +160,10 @@ async fn key_commands_rotate_revoke_and_rotate_the_root() {
     use kiln_common::signing::ManifestSigner;
     use kiln_worker::keys;
     let kiln = Kiln::start_with(Deployment::Embedded, |c| {
-        c.library.manifest_ttl_secs = 6;
+        // Re-signed once less than half of it is left: every manifest served is valid for
+        // 8 s more at least, time for a busy machine's browser to load the page and verify
+        // it (at 6 s a loaded machine saw `expired`), and a new key signs within 10 s.
+        c.library.manifest_ttl_secs = 20;
         c.library.resign_interval_secs = 1;
     })
     .await;
