@@ -186,7 +186,7 @@ fn a_hostile_model_fails_that_file_and_the_build_is_published() {
 
 /// A GLB container around `json` (its buffer stays a data URI).
 fn glb_of(json: &serde_json::Value) -> Vec<u8> {
-    kiln_stages::gltf::write_glb(json, None)
+    kiln_stages::gltf::write_glb(json.clone(), None)
 }
 
 /// A panic inside one model's work (a bug Kiln has not found yet) is caught: that file gets

@@ -2,7 +2,7 @@
 //! dropping accessors and buffer views nothing references any more (renumbering every
 //! reference, and the meshopt codecs chosen per view with them).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
@@ -61,100 +61,46 @@ pub fn collect_garbage(
             }
         }
     }
-    let mut used_accessors = BTreeSet::new();
-    visit_accessor_refs(json, &mut |v| {
-        if let Some(i) = v.as_u64() {
-            used_accessors.insert(i as usize);
-        }
-    });
-    let accessor_map: HashMap<usize, usize> = used_accessors
-        .iter()
-        .enumerate()
-        .map(|(new, &old)| (old, new))
-        .collect();
-    let old_accessors = json
+    let accessors = json
         .get("accessors")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let accessors: Vec<Value> = used_accessors
-        .iter()
-        .map(|&i| old_accessors[i].clone())
-        .collect();
-
-    let mut used_views = BTreeSet::new();
-    for a in &accessors {
-        for pointer in [
-            "/bufferView",
-            "/sparse/indices/bufferView",
-            "/sparse/values/bufferView",
-        ] {
-            if let Some(v) = a.pointer(pointer).and_then(Value::as_u64) {
-                used_views.insert(v as usize);
-            }
-        }
-    }
-    for image in json
-        .get("images")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(v) = image["bufferView"].as_u64() {
-            used_views.insert(v as usize);
-        }
-    }
-    let view_map: HashMap<usize, usize> = used_views
-        .iter()
-        .enumerate()
-        .map(|(new, &old)| (old, new))
-        .collect();
-    visit_accessor_refs(json, &mut |v| {
-        if let Some(i) = v.as_u64() {
-            *v = json!(accessor_map[&(i as usize)]);
-        }
+        .map_or(0, Vec::len);
+    let used_accessors = used_by(json, accessors, &mut |json, f| visit_accessor_refs(json, f));
+    keep_used(json, "accessors", &used_accessors, &mut |json, f| {
+        visit_accessor_refs(json, f)
     });
-    let mut accessors = accessors;
-    for a in &mut accessors {
-        for pointer in [
-            "/bufferView",
-            "/sparse/indices/bufferView",
-            "/sparse/values/bufferView",
-        ] {
-            if let Some(v) = a.pointer_mut(pointer)
-                && let Some(i) = v.as_u64()
-            {
-                *v = json!(view_map[&(i as usize)]);
-            }
-        }
-    }
-    for image in json
-        .get_mut("images")
-        .and_then(Value::as_array_mut)
+    let used_views = used_by(json, asset.views.len(), &mut visit_view_refs);
+    let new_index = keep_used(json, "bufferViews", &used_views, &mut visit_view_refs);
+    let views = std::mem::take(&mut asset.views);
+    asset.views = views
         .into_iter()
-        .flatten()
-    {
-        if let Some(i) = image["bufferView"].as_u64() {
-            image["bufferView"] = json!(view_map[&(i as usize)]);
-        }
-    }
-    let old_views = json
-        .get("bufferViews")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let views_json: Vec<Value> = used_views.iter().map(|&i| old_views[i].clone()).collect();
-    let views_data: Vec<Vec<u8>> = used_views
-        .iter()
-        .map(|&i| std::mem::take(&mut asset.views[i]))
+        .zip(&used_views)
+        .filter_map(|(data, &u)| u.then_some(data))
         .collect();
-    set_array(json, "accessors", accessors);
-    set_array(json, "bufferViews", views_json);
-    asset.views = views_data;
     codecs
         .into_iter()
-        .filter_map(|(old, codec)| view_map.get(&old).map(|&new| (new, codec)))
+        .filter(|(old, _)| used_views.get(*old) == Some(&true))
+        .map(|(old, codec)| (new_index.as_ref().map_or(old, |n| n[old]), codec))
         .collect()
+}
+
+/// Calls `f` on every place that names a buffer view: accessors (and their sparse indices
+/// and values) and images.
+fn visit_view_refs(json: &mut Value, f: &mut dyn FnMut(&mut Value)) {
+    for accessor in items_mut(json, "accessors") {
+        for pointer in [
+            "/bufferView",
+            "/sparse/indices/bufferView",
+            "/sparse/values/bufferView",
+        ] {
+            if let Some(v) = accessor.pointer_mut(pointer) {
+                f(v);
+            }
+        }
+    }
+    for image in items_mut(json, "images") {
+        visit_key(image, "bufferView", f);
+    }
 }
 
 /// Packs the views Kiln wrote into one view per kind (as gltfpack does): views with a meshopt
@@ -280,27 +226,14 @@ pub fn merge_views(
         view_map[v] = at;
     }
     let json = &mut asset.json;
-    if let Some(list) = json.get_mut("accessors").and_then(Value::as_array_mut) {
-        for accessor in list.iter_mut() {
-            for pointer in [
-                "/bufferView",
-                "/sparse/indices/bufferView",
-                "/sparse/values/bufferView",
-            ] {
-                if let Some(slot) = accessor.pointer_mut(pointer)
-                    && let Some(v) = in_range(slot.as_u64())
-                {
-                    *slot = json!(view_map[v]);
-                }
-            }
+    visit_view_refs(json, &mut |slot| {
+        if let Some(v) = in_range(slot.as_u64()) {
+            *slot = json!(view_map[v]);
         }
+    });
+    if let Some(list) = json.get_mut("accessors").and_then(Value::as_array_mut) {
         for (a, offset) in offsets {
             list[a]["byteOffset"] = json!(offset);
-        }
-    }
-    for image in items_mut(json, "images") {
-        if let Some(v) = in_range(image["bufferView"].as_u64()) {
-            image["bufferView"] = json!(view_map[v]);
         }
     }
     set_array(json, "bufferViews", new_views);
@@ -398,32 +331,48 @@ fn visit_key(object: &mut Value, key: &str, f: &mut dyn FnMut(&mut Value)) {
     }
 }
 
-/// Keeps the elements of `json[name]` that `refs` names, renumbering those references;
-/// returns how many were dropped. References out of range are left as they are (the reader
-/// refuses such files before any stage runs).
 /// Calls its second argument on every reference of one kind in the document.
 type Visitor<'a> = &'a mut dyn FnMut(&mut Value, &mut dyn FnMut(&mut Value));
 
+/// Keeps the elements of `json[name]` that `refs` names, renumbering those references;
+/// returns how many were dropped. References out of range are left as they are (the reader
+/// refuses such files before any stage runs).
 fn prune(json: &mut Value, name: &str, refs: Visitor) -> usize {
     let count = json.get(name).and_then(Value::as_array).map_or(0, Vec::len);
+    let used = used_by(json, count, refs);
+    let dropped = used.iter().filter(|u| !**u).count();
+    if dropped > 0 {
+        keep_used(json, name, &used, refs);
+    }
+    dropped
+}
+
+/// Which of `count` elements `refs` names.
+fn used_by(json: &mut Value, count: usize, refs: Visitor) -> Vec<bool> {
     let mut used = vec![false; count];
     refs(json, &mut |v| {
-        if let Some(i) = v.as_u64().filter(|&i| (i as usize) < count) {
+        if let Some(i) = v.as_u64().filter(|&i| (i as usize) < used.len()) {
             used[i as usize] = true;
         }
     });
-    let dropped = used.iter().filter(|u| !**u).count();
-    if dropped == 0 {
-        return 0;
+    used
+}
+
+/// Keeps the elements of `json[name]` marked in `used` and renumbers what `refs` visits
+/// (an empty list is removed); returns each old element's new index, or `None` when every
+/// element of a non-empty list is kept (nothing changes).
+fn keep_used(json: &mut Value, name: &str, used: &[bool], refs: Visitor) -> Option<Vec<usize>> {
+    if !used.is_empty() && used.iter().all(|u| *u) {
+        return None;
     }
-    let mut new_index = vec![0usize; count];
+    let mut new_index = vec![0usize; used.len()];
     let mut next = 0;
     for (i, &u) in used.iter().enumerate() {
         new_index[i] = next;
         next += usize::from(u);
     }
     refs(json, &mut |v| {
-        if let Some(i) = v.as_u64().filter(|&i| (i as usize) < count) {
+        if let Some(i) = v.as_u64().filter(|&i| (i as usize) < used.len()) {
             *v = json!(new_index[i as usize]);
         }
     });
@@ -435,10 +384,10 @@ fn prune(json: &mut Value, name: &str, refs: Visitor) -> usize {
     let kept = items
         .into_iter()
         .zip(used)
-        .filter_map(|(item, u)| u.then_some(item))
+        .filter_map(|(item, &u)| u.then_some(item))
         .collect();
     set_array(json, name, kept);
-    dropped
+    Some(new_index)
 }
 
 #[cfg(test)]

@@ -166,10 +166,10 @@ pub fn write_meshopt(
     }
     if bin.is_empty() && !any {
         json.as_object_mut().unwrap().remove("buffers");
-        return super::write_glb(&json, None);
+        return super::write_glb(json, None);
     }
     json["buffers"] = Value::Array(buffers);
-    super::write_glb(&json, Some(&bin))
+    super::write_glb(json, Some(&bin))
 }
 
 /// Component size of the (index) accessor that uses view `view`.

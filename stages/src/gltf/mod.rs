@@ -188,17 +188,16 @@ impl Asset {
         }
         if bin.is_empty() {
             json.as_object_mut().unwrap().remove("buffers");
-            write_glb(&json, None)
+            write_glb(json, None)
         } else {
             json["buffers"] = json!([{ "byteLength": bin.len() }]);
-            write_glb(&json, Some(&bin))
+            write_glb(json, Some(&bin))
         }
     }
 }
 
 /// Assembles a GLB container from JSON and an optional binary chunk.
-pub fn write_glb(json: &Value, bin: Option<&[u8]>) -> Vec<u8> {
-    let mut json = json.clone();
+pub fn write_glb(mut json: Value, bin: Option<&[u8]>) -> Vec<u8> {
     shortest_numbers(&mut json);
     let mut json_bytes = serde_json::to_vec(&json).expect("JSON serialises");
     while !json_bytes.len().is_multiple_of(4) {
@@ -717,7 +716,7 @@ mod tests {
         let source = json!({"asset": {"version": "2.0"},
             "extras": {"f32": [tenth, f64::from(-1.0e-30f32), f64::from(3.4e38f32), 2.5, 7],
                        "f64": 0.123456789012}});
-        let glb = write_glb(&source, None);
+        let glb = write_glb(source.clone(), None);
         let (text, _) = split_glb(&glb).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(text.contains("[0.1,-1e-30,3.4e+38,2.5,7]"), "{text}");
@@ -733,7 +732,7 @@ mod tests {
     #[test]
     fn hostile_offsets_are_errors() {
         let glb = write_glb(
-            &json!({"asset": {"version": "2.0"}, "buffers": [{"byteLength": 8}],
+            json!({"asset": {"version": "2.0"}, "buffers": [{"byteLength": 8}],
                     "bufferViews": [{"buffer": 0, "byteOffset": 4, "byteLength": 4000000000u64}]}),
             Some(&[0u8; 8]),
         );

@@ -718,7 +718,7 @@ mod tests {
                 {"bufferView": 2, "componentType": FLOAT, "count": 6, "type": "VEC2"}
             ]
         });
-        crate::gltf::write_glb(&json, Some(&bin))
+        crate::gltf::write_glb(json, Some(&bin))
     }
 
     #[test]

@@ -30,6 +30,11 @@ fn main() {
     }
 }
 
+/// How a target line reads: `met` or `NOT met`.
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
 /// Every model file under `dir`, sorted.
 fn models(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

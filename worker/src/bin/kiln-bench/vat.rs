@@ -215,7 +215,7 @@ pub fn run(args: &[String]) {
         );
         println!(
             "every model >= 50 M vertex-frames/s: {} ({} of {measured} models){}",
-            if under.is_empty() { "met" } else { "NOT met" },
+            super::met(under.is_empty()),
             measured - under.len(),
             if under.is_empty() {
                 String::new()
