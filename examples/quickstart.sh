@@ -13,4 +13,4 @@ command -v cargo >/dev/null || { echo "quickstart: cargo is needed"; exit 1; }
 if command -v chromium >/dev/null; then
   (cd bench/load && npm install --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-exec cargo run -p kiln-api --bin kiln-api -- --demo examples/sample-game "$@"
+exec cargo run --release -p kiln-api --bin kiln-api -- --demo examples/sample-game "$@"

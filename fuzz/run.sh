@@ -6,6 +6,9 @@
 # cargo-fuzz 0.13 from crates.io, cached in KILN_TOOLS_DIR (~/.cache/kiln-tools). Stable
 # Rust: --sanitizer none (coverage instrumentation; debug assertions and overflow checks on).
 # The targets build the stages without the services (no database, queue or S3 client).
+#
+#   bash fuzz/run.sh               # build, seed, run
+#   bash fuzz/run.sh --build-only  # install cargo-fuzz and build the targets (CI: beside the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools=${KILN_TOOLS_DIR:-$HOME/.cache/kiln-tools}
@@ -19,6 +22,7 @@ echo "== fuzz targets: build (instrumented release build of the stages)"
 build_start=$(date +%s)
 (cd fuzz && "$fuzz" build --sanitizer none)
 echo "fuzz build: $(($(date +%s) - build_start)) s"
+[ "${1:-}" = --build-only ] && exit 0
 bash fuzz/seed.sh
 table=$(mktemp)
 trap 'rm -f "$table"' EXIT

@@ -50,6 +50,11 @@ async fn sigterm_lets_the_worker_finish_its_job() {
     scenarios::sigterm_lets_the_worker_finish_its_job(Embedded).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_that_loses_its_queue_finishes_its_job_and_goes_on() {
+    scenarios::a_worker_that_loses_its_queue_finishes_its_job_and_goes_on(Embedded).await;
+}
+
 /// Embedded only: the failure is injected through the local object directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn transient_failures_are_retried_then_fail_the_build() {

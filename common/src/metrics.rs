@@ -262,6 +262,18 @@ pub static WORKER_JOBS_RUNNING: LazyLock<IntGauge> = LazyLock::new(|| {
     )
 });
 
+/// Queue consumers that lost their queue (a failed poll or heartbeat): their jobs ran to the
+/// end and a new consumer started (`job::consume`).
+pub static WORKER_QUEUE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new(
+            "kiln_worker_queue_failures_total",
+            "Queue consumers that lost their queue and were started again after their jobs finished",
+        )
+        .unwrap(),
+    )
+});
+
 pub static WORKER_CONCURRENCY: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(
         "kiln_worker_concurrency",
@@ -436,6 +448,7 @@ pub fn init() {
     LazyLock::force(&BUILD_STAGES);
     LazyLock::force(&WORKER_JOBS_RUNNING);
     LazyLock::force(&WORKER_CONCURRENCY);
+    LazyLock::force(&WORKER_QUEUE_FAILURES);
     LazyLock::force(&LIBRARY_ENTRIES);
     LazyLock::force(&LIBRARY_BYTES_STORED);
     LazyLock::force(&LIBRARY_RETIREMENT_CANDIDATES);

@@ -5,17 +5,19 @@
 #
 # ENCODING: auto (default), low, medium, high, rgba16 or half.
 # Writes baked/ENCODING/<mesh>/ and lists every bake in baked/index.json (the page's
-# ?set=ENCODING picks one). The baker is target/debug/kiln-worker unless KILN_WORKER names
-# another (build it with `cargo build --bin kiln-worker` at the repository root; CARGO_TARGET_DIR
-# is honoured).
+# ?set=ENCODING picks one). The baker is KILN_WORKER, else target/release/kiln-worker (what the
+# tests build), else target/debug/kiln-worker (build one with `cargo build --release --bin
+# kiln-worker` at the repository root; CARGO_TARGET_DIR is honoured).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-worker=${KILN_WORKER:-${CARGO_TARGET_DIR:-$here/../../target}/debug/kiln-worker}
+target=${CARGO_TARGET_DIR:-$here/../../target}
+worker=${KILN_WORKER:-$target/release/kiln-worker}
+[[ -n ${KILN_WORKER:-} || -x $worker ]] || worker=$target/debug/kiln-worker
 encoding=${1:-auto}
 shift || true
 
 if [[ ! -x $worker ]]; then
-  echo "bake.sh: no baker at $worker (cargo build --bin kiln-worker, or set KILN_WORKER)" >&2
+  echo "bake.sh: no baker at $worker (cargo build --release --bin kiln-worker, or set KILN_WORKER)" >&2
   exit 2
 fi
 

@@ -70,6 +70,45 @@ pub async fn run_workers(
         shutdown.clone(),
     )));
     for n in 0..count {
+        let context = context.clone();
+        handles.push(tokio::spawn(consume(
+            context,
+            n,
+            concurrency,
+            heartbeat,
+            shutdown.clone(),
+        )));
+    }
+    for handle in handles {
+        handle.await?;
+    }
+    Ok(())
+}
+
+/// How a consumer's run ended.
+enum Ended {
+    /// Shutdown was asked for; the jobs it had taken ran to the end.
+    Stopped,
+    /// Its connection to the queue failed (a failed poll or heartbeat); the jobs it had taken
+    /// ran to the end all the same.
+    Failed(String),
+}
+
+/// One queue consumer, until `shutdown`. apalis's own `run_until` returns at the first error
+/// the backend reports (a heartbeat that found its worker row gone, a fetch that timed out on a
+/// loaded database) and drops the jobs it was running with it: the build stayed `processing`
+/// with nothing running it, and the process went on without a consumer. Here a failed run is
+/// drained like a stopped one (apalis finishes in-flight jobs once its backend is closed), then
+/// a new consumer with a new name starts after a short wait.
+async fn consume(
+    context: Arc<JobContext>,
+    n: usize,
+    concurrency: usize,
+    heartbeat: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let queue = context.db.queue.clone();
+    loop {
         // Unique per process and start: a restarted worker is a new worker, so the jobs
         // of the dead one are recognised as orphaned and re-queued.
         let name = format!(
@@ -77,60 +116,107 @@ pub async fn run_workers(
             std::process::id(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let mut stop = shutdown.clone();
-        let signal = async move {
-            let _ = stop.wait_for(|s| *s).await;
-            Ok::<(), std::io::Error>(())
-        };
-        let context = context.clone();
-        let queue = context.db.queue.clone();
-        handles.push(tokio::spawn(async move {
-            tracing::info!(worker = %name, "worker started");
-            // The two backends are different types; the worker around them is the same.
-            macro_rules! consume {
-                ($backend:expr) => {
-                    WorkerBuilder::new(name.as_str())
+        let worker = WorkerContext::new(&name);
+        tracing::info!(worker = %name, "worker started");
+        // The two backends are different types; the worker around them is the same.
+        macro_rules! consume {
+            ($backend:expr) => {
+                drain_until(
+                    WorkerBuilder::new(worker.clone())
                         .backend($backend)
                         .concurrency(concurrency)
-                        .data(context)
+                        .data(context.clone())
                         .build(process_build)
-                        .run_until(signal)
-                        .await
-                };
-            }
-            let poll = Duration::from_millis(250);
-            let result = match queue {
-                QueuePool::Sqlite(pool) => {
-                    let config = apalis_sqlite::Config::default()
-                        .queue(kiln_jobs::QUEUE)
-                        .heartbeat_interval(heartbeat);
-                    consume!(
-                        SqliteStorage::<ProcessBuild>::new(&pool)
-                            .with_config(config)
-                            .poll_with_interval(poll)
-                    )
-                }
-                QueuePool::Postgres(pool) => {
-                    let config = apalis_postgres::Config::default()
-                        .queue(kiln_jobs::QUEUE)
-                        .heartbeat_interval(heartbeat);
-                    consume!(
-                        PostgresStorage::<ProcessBuild>::new(&pool)
-                            .with_config(config)
-                            .poll_with_interval(poll)
-                    )
-                }
+                        .stream(),
+                    &worker,
+                    &mut shutdown,
+                )
+                .await
             };
-            if let Err(e) = &result {
-                tracing::error!(worker = %name, error = %e, "worker stopped with an error");
+        }
+        let poll = Duration::from_millis(250);
+        let ended = match &queue {
+            QueuePool::Sqlite(pool) => {
+                let config = apalis_sqlite::Config::default()
+                    .queue(kiln_jobs::QUEUE)
+                    .heartbeat_interval(heartbeat);
+                consume!(
+                    SqliteStorage::<ProcessBuild>::new(pool)
+                        .with_config(config)
+                        .poll_with_interval(poll)
+                )
             }
-            tracing::info!(worker = %name, "worker stopped");
-        }));
+            QueuePool::Postgres(pool) => {
+                let config = apalis_postgres::Config::default()
+                    .queue(kiln_jobs::QUEUE)
+                    .heartbeat_interval(heartbeat);
+                consume!(
+                    PostgresStorage::<ProcessBuild>::new(pool)
+                        .with_config(config)
+                        .poll_with_interval(poll)
+                )
+            }
+        };
+        match ended {
+            Ended::Stopped => {
+                tracing::info!(worker = %name, "worker stopped");
+                return;
+            }
+            Ended::Failed(error) => {
+                metrics::WORKER_QUEUE_FAILURES.inc();
+                tracing::error!(worker = %name, %error, "worker lost its queue; its jobs ran to the end, starting a new one");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+            }
+        }
     }
-    for handle in handles {
-        handle.await?;
+}
+
+/// Drives a worker's event stream until it ends: asks it to stop once `shutdown` is set or its
+/// backend reports an error (it then takes no new job and ends when its jobs have).
+async fn drain_until<S>(
+    events: S,
+    worker: &WorkerContext,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Ended
+where
+    S: futures::Stream<Item = Result<Event, WorkerError>>,
+{
+    use futures::StreamExt;
+    let mut events = std::pin::pin!(events);
+    let mut stopping = false;
+    let mut failure = None;
+    loop {
+        tokio::select! {
+            biased;
+            event = events.next() => match event {
+                None => {
+                    return match (stopping, failure) {
+                        (false, Some(error)) => Ended::Failed(error),
+                        (false, None) => Ended::Failed("the queue's stream ended".into()),
+                        (true, _) => Ended::Stopped,
+                    };
+                }
+                Some(Err(e)) => {
+                    // Drain: no new job; the stream ends once the running ones have (a failed
+                    // backend alone would close, then wait for a stop that never comes).
+                    tracing::warn!(worker = worker.name(), error = %e, "queue poll failed; finishing this consumer's jobs");
+                    failure.get_or_insert(e.to_string());
+                    let _ = worker.stop();
+                }
+                Some(Ok(_)) => {}
+            },
+            _ = shutdown.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                if worker.stop().is_err() {
+                    // Not started: it holds no job.
+                    return Ended::Stopped;
+                }
+            }
+        }
     }
-    Ok(())
 }
 
 /// The apalis handler.

@@ -1203,6 +1203,92 @@ pub async fn sigterm_lets_the_worker_finish_its_job(deployment: Deployment) {
     kiln.stop().await;
 }
 
+/// A queue consumer whose connection to the queue fails under it (here its worker row is moved
+/// to another queue, so its next heartbeat finds no row and fails, as when a loaded database
+/// lets the row go stale) ends
+/// the job it was running instead of dropping it, and a new consumer goes on taking jobs.
+pub async fn a_worker_that_loses_its_queue_finishes_its_job_and_goes_on(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| c.worker.stage_pause_ms = 500).await;
+    let (_, token) = kiln.team("lost").await;
+    let failures_before = metric_sum(
+        &kiln.metrics().await,
+        "kiln_worker_queue_failures_total",
+        &[],
+    );
+    let (_, accepted) = kiln
+        .upload(
+            &token,
+            "lost-game",
+            "1",
+            "application/zip",
+            zip_with(&[("index.html", b"<html>lost</html>")]),
+        )
+        .await;
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
+        // Between its first and second stage (each is followed by a 500 ms pause): seven
+        // stages to go, several heartbeats.
+        if status["status"] == "processing" && status["stages"][0]["status"] == "succeeded" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never started: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The job is in flight: take the consumers' rows out of the queue (they stay, for the
+    // jobs' foreign keys).
+    let db = &kiln.running.as_ref().unwrap().state.db;
+    let moved = match &db.queue {
+        kiln_common::db::QueuePool::Sqlite(pool) => {
+            sqlx::query("UPDATE Workers SET worker_type = 'gone'")
+                .execute(pool)
+                .await
+                .unwrap()
+                .rows_affected()
+        }
+        kiln_common::db::QueuePool::Postgres(pool) => {
+            sqlx::query("UPDATE apalis.workers SET worker_type = 'gone'")
+                .execute(pool)
+                .await
+                .unwrap()
+                .rows_affected()
+        }
+    };
+    assert!(moved > 0, "no worker row to move");
+    let status = kiln.wait_for_build(&token, &id).await;
+    assert_eq!(
+        status["status"], "published",
+        "the job was dropped with its consumer: {status}"
+    );
+    let failures = eventually("the lost queue counted", || async {
+        let n = metric_sum(
+            &kiln.metrics().await,
+            "kiln_worker_queue_failures_total",
+            &[],
+        ) - failures_before;
+        (n >= 1.0).then_some(n)
+    })
+    .await;
+    assert!(failures >= 1.0);
+    // And the worker still takes jobs.
+    let (_, next) = kiln
+        .upload(
+            &token,
+            "lost-game",
+            "2",
+            "application/zip",
+            zip_with(&[("index.html", b"<html>lost again</html>")]),
+        )
+        .await;
+    let status = kiln
+        .wait_for_build(&token, next["build_id"].as_str().unwrap())
+        .await;
+    assert_eq!(status["status"], "published", "{status}");
+    assert_eq!(db.manifests_for_build(&id).await.unwrap().len(), 1);
+    kiln.stop().await;
+}
+
 /// Key rotation: a new signing key signs new manifests, and the old key stays in the JWKS
 /// so manifests signed before the rotation still verify.
 pub async fn rotated_keys_keep_old_manifests_verifiable(deployment: Deployment) {

@@ -6,6 +6,7 @@
 # body that does not match its documented schema; it prints how many operations and cases ran.
 #
 #   api/tests/schemathesis/run.sh              # 30 cases per operation, seed 1
+#   api/tests/schemathesis/run.sh --install-only   # only the venv (CI fetches it beside its build)
 #   KILN_SCHEMATHESIS_EXAMPLES=200 KILN_SCHEMATHESIS_SEED=$RANDOM api/tests/schemathesis/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,11 +21,15 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$version"; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q -r "$here/requirements.txt"
 fi
+if [ "${1:-}" = --install-only ]; then
+  "$venv/bin/schemathesis" --version
+  exit 0
+fi
 
-api=${KILN_API_BIN:-}   # a kiln-api already built, or build the debug one
+api=${KILN_API_BIN:-}   # a kiln-api already built, or build the release one (as the tests)
 if [ -z "$api" ]; then
-  cargo build -q -p kiln-api --bin kiln-api
-  api="${CARGO_TARGET_DIR:-$root/target}/debug/kiln-api"
+  cargo build --release -q -p kiln-api --bin kiln-api
+  api="${CARGO_TARGET_DIR:-$root/target}/release/kiln-api"
 fi
 
 work=$(mktemp -d /tmp/kiln-schemathesis.XXXXXX)
