@@ -151,15 +151,36 @@ pub fn exp_filter(
     bits: u32,
     shared_component: bool,
 ) -> (Vec<u8>, Vec<u8>) {
-    let components = components.max(1);
-    let count = values.len() / components;
-    let stride = components * 4;
-    let mut filtered = vec![0u8; count * stride];
     let mode = if shared_component {
         meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpSharedComponent
     } else {
         meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpSeparate
     };
+    exp_filter_with(values, components, bits, mode)
+}
+
+/// [`exp_filter`] with each value's exponent clamped at 2^0: a value in [0, 1) is rounded to
+/// steps of 2^-(bits-1), a larger one to the same number of significant bits (meshoptimizer's
+/// `meshopt_EncodeExpClamped`, gltfpack's float texture coordinates).
+pub fn exp_filter_clamped(values: &[f32], components: usize, bits: u32) -> (Vec<u8>, Vec<u8>) {
+    exp_filter_with(
+        values,
+        components,
+        bits,
+        meshopt::ffi::meshopt_EncodeExpMode_meshopt_EncodeExpClamped,
+    )
+}
+
+fn exp_filter_with(
+    values: &[f32],
+    components: usize,
+    bits: u32,
+    mode: meshopt::ffi::meshopt_EncodeExpMode,
+) -> (Vec<u8>, Vec<u8>) {
+    let components = components.max(1);
+    let count = values.len() / components;
+    let stride = components * 4;
+    let mut filtered = vec![0u8; count * stride];
     // SAFETY: `filtered` holds count × stride bytes; `values` count × components floats.
     unsafe {
         meshopt::ffi::meshopt_encodeFilterExp(

@@ -565,7 +565,23 @@ pub(super) fn encode_attribute(
                     normal_error: None,
                 })
             } else {
-                Ok(float(values))
+                // Outside [0, 1], and no material to carry a dequantization transform: floats
+                // rounded by the EXPONENTIAL filter to the texture coordinate precision
+                // (exponents clamped at 2^0: steps of 2^-bits in [0, 1) as on a material's
+                // grid, the same significant bits above). Both variants store the rounded
+                // floats, so vertices equal once rounded weld. (gltfpack writes zeros there;
+                // a game may draw such a mesh with a material it assigns in code.)
+                let (filtered, rounded) =
+                    meshopt_codec::exp_filter_clamped(values, 2, options.texcoord_bits + 1);
+                Ok(EncodedAttribute {
+                    accessor: json!({"componentType": FLOAT, "type": "VEC2"}),
+                    bytes: rounded,
+                    stride: 8,
+                    filter: "EXPONENTIAL",
+                    filtered: Some(filtered),
+                    position_error: None,
+                    normal_error: None,
+                })
             }
         }
         _ if name.starts_with("COLOR_") && (n == 3 || n == 4) => {

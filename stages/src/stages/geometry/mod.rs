@@ -754,6 +754,62 @@ mod tests {
         assert_eq!(accessors::read_f32(&m, pi).unwrap().1, pos);
     }
 
+    /// UVs outside [0, 1] on a primitive without a material (no texture transform to hold a
+    /// grid) are rounded floats: EXPONENTIAL in the meshopt variant, the same rounded values in
+    /// the quantized one, each within a texture coordinate step of its source (2^-12 below 1,
+    /// the same significant bits above), and vertices equal once rounded weld.
+    #[test]
+    fn uvs_without_a_material_are_rounded_floats_in_both_variants() {
+        let mut asset = Asset::read(&quad(), &NoResources).unwrap();
+        // Vertices 0 and 3 share position and normal; their UVs are 1e-5 apart.
+        let uvs: Vec<f32> = vec![
+            -7.25,
+            0.5,
+            3.1,
+            0.0,
+            3.1,
+            12.7,
+            -7.25 + 1e-5,
+            0.5,
+            3.1,
+            12.7,
+            -7.25,
+            12.7,
+        ];
+        asset.views[2] = pack_floats(&uvs);
+        let out =
+            optimize_model(&asset.to_glb(), &NoResources, &GeometryOptions::default()).unwrap();
+        assert_eq!(
+            out.report.vertices_after, 4,
+            "UVs 1e-5 apart weld once rounded"
+        );
+        let q = Asset::read(&out.quantized, &NoResources).unwrap();
+        let m = Asset::read(&out.meshopt, &NoResources).unwrap();
+        let index = q.json["meshes"][0]["primitives"][0]["attributes"]["TEXCOORD_0"]
+            .as_u64()
+            .unwrap() as usize;
+        let (layout, rounded) = accessors::read_f32(&q, index).unwrap();
+        assert_eq!(layout.component_type, FLOAT);
+        assert_eq!(accessors::read_f32(&m, index).unwrap().1, rounded);
+        let view = m.json["accessors"][index]["bufferView"].as_u64().unwrap() as usize;
+        assert_eq!(
+            m.json["bufferViews"][view]["extensions"]["EXT_meshopt_compression"]["filter"],
+            "EXPONENTIAL"
+        );
+        let step = |x: f32| x.abs().max(1.0) / 4096.0;
+        let mut rounded_away = 0;
+        for uv in rounded.chunks(2) {
+            assert!(
+                uvs.chunks(2)
+                    .any(|s| (s[0] - uv[0]).abs() <= step(s[0])
+                        && (s[1] - uv[1]).abs() <= step(s[1])),
+                "{uv:?} is no source UV within a step"
+            );
+            rounded_away += uvs.chunks(2).all(|s| s != uv) as usize;
+        }
+        assert!(rounded_away > 0, "3.1 and 12.7 are not on the 12-bit grid");
+    }
+
     /// Integer UVs with the scale in KHR_texture_transform sample the texture where the
     /// source did, composed with the material's own transform (rotation included).
     #[test]
