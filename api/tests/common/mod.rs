@@ -296,6 +296,28 @@ impl Kiln {
         id
     }
 
+    /// Polls the build every 20 ms until `reached` holds of its status, for up to 60 s, and
+    /// returns that status: for a test that acts on a build in a given state (mid-pipeline).
+    pub async fn wait_for_build_state(
+        &self,
+        token: &str,
+        build_id: &str,
+        what: &str,
+        reached: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, status) = self
+                .get_json(token, &format!("/v1/builds/{build_id}"))
+                .await;
+            if reached(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{what}: {status}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Polls the build until it is published or failed.
     pub async fn wait_for_build(&self, token: &str, build_id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);

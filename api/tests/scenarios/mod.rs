@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln_common::signing::{Jwk, ManifestSignature};
 use serde_json::Value;
@@ -879,9 +879,7 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
     assert_eq!(code, 202, "{accepted}");
     let id = accepted["build_id"].as_str().unwrap().to_string();
     // Kill it once it is inside the pipeline (a stage has started).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
+    kiln.wait_for_build_state(&token, &id, "worker never started the job", |status| {
         let started = status["stages"]
             .as_array()
             .map(|s| {
@@ -889,15 +887,9 @@ pub async fn killed_worker_still_publishes_once(deployment: Deployment) {
                     .any(|s| s["status"] == "running" || s["status"] == "succeeded")
             })
             .unwrap_or(false);
-        if status["status"] == "processing" && started {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "worker never started the job: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        status["status"] == "processing" && started
+    })
+    .await;
     first.kill().expect("SIGKILL the worker");
     first.wait().unwrap();
     let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
@@ -1172,15 +1164,10 @@ pub async fn sigterm_lets_the_worker_finish_its_job(deployment: Deployment) {
         )
         .await;
     let id = accepted["build_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
-        if status["status"] == "processing" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never started: {status}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    kiln.wait_for_build_state(&token, &id, "never started", |status| {
+        status["status"] == "processing"
+    })
+    .await;
     let term = std::process::Command::new("kill")
         .args(["-TERM", &worker.id().to_string()])
         .status()
@@ -1225,17 +1212,12 @@ pub async fn a_worker_that_loses_its_queue_finishes_its_job_and_goes_on(deployme
         )
         .await;
     let id = accepted["build_id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, status) = kiln.get_json(&token, &format!("/v1/builds/{id}")).await;
-        // Between its first and second stage (each is followed by a 500 ms pause): seven
-        // stages to go, several heartbeats.
-        if status["status"] == "processing" && status["stages"][0]["status"] == "succeeded" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never started: {status}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Between its first and second stage (each is followed by a 500 ms pause): seven stages
+    // to go, several heartbeats.
+    kiln.wait_for_build_state(&token, &id, "never started", |status| {
+        status["status"] == "processing" && status["stages"][0]["status"] == "succeeded"
+    })
+    .await;
     // The job is in flight: take the consumers' rows out of the queue (they stay, for the
     // jobs' foreign keys).
     let db = &kiln.running.as_ref().unwrap().state.db;
