@@ -91,6 +91,59 @@ impl Deformer {
         }
     }
 
+    /// Model-space positions of every vertex in `pose` (no normals), into `out` (`vertices`
+    /// entries). Returns the largest linear-part norm and translation length among the
+    /// matrices applied: with the largest morphed rest length, a bound on each result's size.
+    pub fn positions(&self, rig: &Rig, pose: &Pose, out: &mut [Vec3A]) -> (f32, f32) {
+        let weights = &pose.weights[self.node];
+        let mut morphed = None;
+        for (t, (dp, _)) in self.targets.iter().enumerate() {
+            let w = weights.get(t).copied().unwrap_or(0.0) as f32;
+            if w != 0.0 {
+                let p = morphed.get_or_insert_with(|| self.positions.clone());
+                for (p, d) in p.iter_mut().zip(dp) {
+                    *p += *d * w;
+                }
+            }
+        }
+        let base = morphed.as_deref().unwrap_or(&self.positions);
+        match self.skin {
+            None => {
+                let world = pose.world[self.node];
+                let m = Affine3A::from_mat4(world.as_mat4());
+                for (p, out) in base.iter().zip(out) {
+                    *out = m.transform_point3a(*p);
+                }
+                (
+                    super::rig::matrix_norm(&world) as f32,
+                    world.w_axis.truncate().length() as f32,
+                )
+            }
+            Some(s) => {
+                let skin = &rig.skins[s];
+                let mut bound = (0f32, 0f32);
+                let joints: Vec<[Vec3A; 4]> = skin
+                    .joints
+                    .iter()
+                    .zip(&skin.inverse_binds)
+                    .map(|(&j, ibm)| {
+                        let m = pose.world[j] * *ibm;
+                        bound.0 = bound.0.max(super::rig::matrix_norm(&m) as f32);
+                        bound.1 = bound.1.max(m.w_axis.truncate().length() as f32);
+                        columns(&m)
+                    })
+                    .collect();
+                // The common widths get a loop the compiler unrolls.
+                match self.per_vertex {
+                    4 => skin_positions::<4>(base, &self.influences, &joints, out),
+                    8 => skin_positions::<8>(base, &self.influences, &joints, out),
+                    per => skin_positions_any(base, &self.influences, per.max(1), &joints, out),
+                }
+                bound
+            }
+        }
+    }
+
     /// Model-space positions and normals of every vertex in `pose`, written into slices of
     /// `vertices` entries. Normals are not normalised (their direction is the result: the
     /// octahedral encoding and angle measurements don't need unit length, and skipping it is a
@@ -165,6 +218,107 @@ impl Deformer {
                 }
             }
         }
+    }
+}
+
+/// Linear blend skinning of positions, `N` influences per vertex.
+fn skin_positions<const N: usize>(
+    base: &[Vec3A],
+    influences: &[(u32, f32)],
+    joints: &[[Vec3A; 4]],
+    out: &mut [Vec3A],
+) {
+    let (per_vertex, _) = influences.as_chunks::<N>();
+    for ((p, influences), out) in base.iter().zip(per_vertex).zip(out) {
+        *out = blend(influences, joints, *p);
+    }
+}
+
+fn skin_positions_any(
+    base: &[Vec3A],
+    influences: &[(u32, f32)],
+    per: usize,
+    joints: &[[Vec3A; 4]],
+    out: &mut [Vec3A],
+) {
+    for ((p, influences), out) in base.iter().zip(influences.chunks_exact(per)).zip(out) {
+        *out = blend(influences, joints, *p);
+    }
+}
+
+#[inline(always)]
+fn blend(influences: &[(u32, f32)], joints: &[[Vec3A; 4]], p: Vec3A) -> Vec3A {
+    let mut m = [Vec3A::ZERO; 4];
+    for &(slot, w) in influences {
+        let j = &joints[slot as usize];
+        m[0] += j[0] * w;
+        m[1] += j[1] * w;
+        m[2] += j[2] * w;
+        m[3] += j[3] * w;
+    }
+    m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]
+}
+
+/// Every point `Rig::points` gives (vertices of every mesh node, then the shell), in f32 with
+/// SIMD vectors: the animation stage's verification loop. Each evaluation also returns a bound
+/// on its rounding error (see `evaluate`), so a caller can tell which results f32 cannot decide
+/// and take those from `Rig::points` in f64.
+#[derive(Debug, Clone)]
+pub struct Points {
+    deformers: Vec<Deformer>,
+    /// Per deformer: the largest length of a morphed rest position (|p| + Σ|target delta|).
+    reach: Vec<f32>,
+}
+
+/// Rounding-error factor of f32 evaluations, in units of their magnitude bounds (the sum of
+/// both sides' bounds when two are compared): matrices rounded to f32, blended over up to
+/// eight joints, applied to a point, then subtracted is at most about 13 roundings of one side,
+/// so 8 per unit of the two-sided sum. Measured on the corpus' characters: at most 0.53.
+pub const F32_ERROR_ULPS: f64 = 8.0 * f32::EPSILON as f64;
+
+impl Points {
+    pub fn new(rig: &Rig) -> Self {
+        let deformers: Vec<Deformer> = rig
+            .mesh_nodes
+            .iter()
+            .map(|&n| Deformer::new(rig, n))
+            .collect();
+        let reach = deformers
+            .iter()
+            .map(|d| {
+                (0..d.vertices)
+                    .map(|v| {
+                        d.positions[v].length()
+                            + d.targets.iter().map(|(p, _)| p[v].length()).sum::<f32>()
+                    })
+                    .fold(0.0, f32::max)
+            })
+            .collect();
+        Self { deformers, reach }
+    }
+
+    /// The points of `pose` into `out` (cleared first), in `Rig::points`' order. Returns the
+    /// magnitude bound `R`: each point's f32 rounding error is below `F32_ERROR_ULPS × R`.
+    pub fn evaluate(&self, rig: &Rig, pose: &Pose, out: &mut Vec<Vec3A>) -> f64 {
+        out.clear();
+        let mut magnitude: f64 = 0.0;
+        for (d, &reach) in self.deformers.iter().zip(&self.reach) {
+            let start = out.len();
+            out.resize(start + d.vertices, Vec3A::ZERO);
+            let bound = d.positions(rig, pose, &mut out[start..]);
+            magnitude = magnitude.max(bound.0 as f64 * reach as f64 + bound.1 as f64);
+        }
+        for &n in &rig.shell_nodes {
+            let r = rig.reach[n];
+            let w = pose.world[n];
+            magnitude =
+                magnitude.max(super::rig::matrix_norm(&w) * r + w.w_axis.truncate().length());
+            for axis in [DVec3::X, DVec3::Y, DVec3::Z] {
+                out.push(w.transform_point3(axis * r).as_vec3().into());
+                out.push(w.transform_point3(-axis * r).as_vec3().into());
+            }
+        }
+        magnitude
     }
 }
 

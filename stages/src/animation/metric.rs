@@ -3,12 +3,13 @@
 //! hierarchy) and of virtual vertices on a shell around nodes that move no vertex (ACL's
 //! approach), in model space, sampled at 4× the source key rate over the whole clip.
 
-use glam::DVec3;
+use glam::{DVec3, Vec3A};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::clip::{Clip, Interpolation, read_clip};
-use super::rig::Rig;
+use super::deform::{F32_ERROR_ULPS, Points};
+use super::rig::{Pose, Rig};
 use crate::gltf::{Asset, GltfError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -84,7 +85,7 @@ pub fn clip_error(
     times: &[f64],
     tolerance: f64,
 ) -> ClipError {
-    let (_, errors) = measure(rig, source, None, compressed, times);
+    let (_, errors) = measure(rig, source, compressed, times);
     let points = errors.len() / times.len().max(1);
     summarise(
         rig,
@@ -97,58 +98,135 @@ pub fn clip_error(
     )
 }
 
-/// The source's points at every sample, kept when they fit in this many floats (else
+/// The source's points at every sample are kept when they fit in this many floats (else
 /// recomputed on each measurement).
 pub const SOURCE_CACHE_FLOATS: usize = 12 << 20;
 
-pub fn source_points(rig: &Rig, source: &Clip, times: &[f64]) -> Option<Vec<Vec<[f32; 3]>>> {
-    let mut pose = rig.rest_pose();
-    let mut points = Vec::new();
-    let mut out = Vec::with_capacity(times.len());
-    for &t in times {
-        rig.pose_at(source, t, &mut pose);
-        rig.points(&pose, &mut points);
-        if out.is_empty() && points.len() * 3 * times.len() > SOURCE_CACHE_FLOATS {
-            return None;
-        }
-        out.push(points.iter().map(|p| p.as_vec3().to_array()).collect());
-    }
-    Some(out)
-}
-
-/// The exact metric: per sample, the largest error, and every (sample, point) error.
-pub fn measure(
-    rig: &Rig,
-    source: &Clip,
-    cache: Option<&[Vec<[f32; 3]>]>,
-    output: &Clip,
-    times: &[f64],
-) -> (Vec<f64>, Vec<f32>) {
+/// The exact metric: per sample, the largest error, and every (sample, point) error, in f64.
+pub fn measure(rig: &Rig, source: &Clip, output: &Clip, times: &[f64]) -> (Vec<f64>, Vec<f32>) {
     let mut a = rig.rest_pose();
     let mut b = a.clone();
     let (mut pa, mut pb) = (Vec::new(), Vec::new());
     let mut per_sample = Vec::with_capacity(times.len());
     let mut all = Vec::new();
-    for (s, &t) in times.iter().enumerate() {
-        rig.pose_at(output, t, &mut b);
-        rig.points(&b, &mut pb);
+    for &t in times {
         let start = all.len();
-        match cache {
-            Some(cache) => all.extend(
-                cache[s]
-                    .iter()
-                    .zip(&pb)
-                    .map(|(x, y)| (DVec3::from(x.map(f64::from)) - *y).length() as f32),
-            ),
-            None => {
-                rig.pose_at(source, t, &mut a);
-                rig.points(&a, &mut pa);
-                all.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y) as f32));
-            }
-        }
+        exact_sample(
+            rig,
+            (source, output),
+            t,
+            (&mut a, &mut b),
+            (&mut pa, &mut pb),
+            &mut all,
+        );
         per_sample.push(all[start..].iter().copied().fold(0f32, f32::max) as f64);
     }
     (per_sample, all)
+}
+
+/// Appends the errors of every point of `output` against `source` at time `t`, in f64.
+fn exact_sample(
+    rig: &Rig,
+    (source, output): (&Clip, &Clip),
+    t: f64,
+    (a, b): (&mut Pose, &mut Pose),
+    (pa, pb): (&mut Vec<DVec3>, &mut Vec<DVec3>),
+    all: &mut Vec<f32>,
+) {
+    rig.pose_at(source, t, a);
+    rig.points(a, pa);
+    rig.pose_at(output, t, b);
+    rig.points(b, pb);
+    all.extend(pa.iter().zip(pb.iter()).map(|(x, y)| x.distance(*y) as f32));
+}
+
+/// The animation stage's verification: the same metric as `measure`, evaluated in f32 with
+/// SIMD vectors (`deform::Points`) against the source's points computed once, except at the
+/// samples whose largest error is too close to the threshold for f32 to decide, which are
+/// measured again in f64. Decisions against the threshold are therefore `measure`'s.
+pub struct Verifier<'a> {
+    rig: &'a Rig,
+    source: &'a Clip,
+    times: &'a [f64],
+    points: Points,
+    /// Per sample: the source's points and their rounding bound (`None`: too many to keep).
+    cache: Option<Vec<(Vec<[f32; 3]>, f64)>>,
+}
+
+impl<'a> Verifier<'a> {
+    pub fn new(rig: &'a Rig, source: &'a Clip, times: &'a [f64]) -> Self {
+        let points = Points::new(rig);
+        let mut pose = rig.rest_pose();
+        let mut buffer = Vec::new();
+        let mut cache = Some(Vec::with_capacity(times.len()));
+        for &t in times {
+            rig.pose_at(source, t, &mut pose);
+            let bound = points.evaluate(rig, &pose, &mut buffer);
+            if buffer.len() * 3 * times.len() > SOURCE_CACHE_FLOATS {
+                cache = None;
+                break;
+            }
+            if let Some(c) = &mut cache {
+                c.push((buffer.iter().map(|p| p.to_array()).collect(), bound));
+            }
+        }
+        Self {
+            rig,
+            source,
+            times,
+            points,
+            cache,
+        }
+    }
+
+    /// Per sample, the largest error, and every (sample, point) error of `output`. A sample
+    /// whose f32 maximum lies within its rounding bound of `threshold` is measured in f64.
+    pub fn measure(&self, output: &Clip, threshold: f64) -> (Vec<f64>, Vec<f32>) {
+        let rig = self.rig;
+        let (mut a, mut b) = (rig.rest_pose(), rig.rest_pose());
+        let (mut pa, mut pb) = (Vec::new(), Vec::new());
+        let (mut exact_a, mut exact_b) = (Vec::new(), Vec::new());
+        let mut per_sample = Vec::with_capacity(self.times.len());
+        let mut all = Vec::new();
+        for (s, &t) in self.times.iter().enumerate() {
+            rig.pose_at(output, t, &mut b);
+            let mut bound = self.points.evaluate(rig, &b, &mut pb);
+            let start = all.len();
+            match &self.cache {
+                Some(cache) => {
+                    let (source, source_bound) = &cache[s];
+                    bound += source_bound;
+                    all.extend(
+                        source
+                            .iter()
+                            .zip(&pb)
+                            .map(|(x, y)| Vec3A::from_array(*x).distance(*y)),
+                    );
+                }
+                None => {
+                    rig.pose_at(self.source, t, &mut a);
+                    bound += self.points.evaluate(rig, &a, &mut pa);
+                    all.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y)));
+                }
+            }
+            let worst = all[start..].iter().copied().fold(0f32, f32::max) as f64;
+            if (worst - threshold).abs() <= F32_ERROR_ULPS * bound {
+                all.truncate(start);
+                exact_sample(
+                    rig,
+                    (self.source, output),
+                    t,
+                    (&mut a, &mut b),
+                    (&mut exact_a, &mut exact_b),
+                    &mut all,
+                );
+                per_sample.push(all[start..].iter().copied().fold(0f32, f32::max) as f64);
+            } else {
+                per_sample.push(worst);
+            }
+        }
+        (per_sample, all)
+    }
 }
 
 /// Statistics of every (sample, point) error of one clip.
@@ -551,4 +629,48 @@ fn point_pairs(rig: &Rig, out: &Rig, map: &VertexMap) -> Result<Vec<(usize, usiz
         }
     }
     Ok(pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::animation::test_models::skinned_tube;
+
+    /// The stage's f32 verification decides every sample as the f64 metric does, even with
+    /// the threshold set at a sample's own error (where f32 cannot tell and f64 is used).
+    #[test]
+    fn verifier_decides_as_the_exact_metric_does() {
+        let asset = skinned_tube(12, 9);
+        let rig = Rig::read(&asset, MetricOptions::default().shell).unwrap();
+        let clips = read_clips(&asset).unwrap();
+        let mut decided = 0;
+        for source in &clips {
+            // An output that differs from the source at every key: values scaled by 0.9.
+            let mut output = source.clone();
+            for c in &mut output.channels {
+                c.values.iter_mut().for_each(|v| *v *= 0.9);
+            }
+            let times = sample_times(source, 4.0);
+            let (exact, exact_all) = measure(&rig, source, &output, &times);
+            let verifier = Verifier::new(&rig, source, &times);
+            let mut thresholds: Vec<f64> = exact.clone();
+            thresholds.extend([0.0, exact.iter().sum::<f64>() / exact.len() as f64]);
+            for threshold in thresholds {
+                let (fast, fast_all) = verifier.measure(&output, threshold);
+                assert_eq!(fast.len(), exact.len());
+                assert_eq!(fast_all.len(), exact_all.len());
+                for (s, (f, e)) in fast.iter().zip(&exact).enumerate() {
+                    assert_eq!(
+                        *f > threshold,
+                        *e > threshold,
+                        "{} sample {s}: f32 {f:e}, f64 {e:e}, threshold {threshold:e}",
+                        source.name
+                    );
+                    assert!((f - e).abs() <= 1e-6 * rig.diagonal, "{f:e} vs {e:e}");
+                    decided += 1;
+                }
+            }
+        }
+        assert!(decided > 100, "{decided} decisions checked");
+    }
 }

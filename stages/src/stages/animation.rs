@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use glam::DMat4;
+use glam::DAffine3;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -55,6 +55,8 @@ pub struct AnimationOptions {
     /// EXPONENTIAL filter mantissa bits for morph weights.
     pub weight_bits: u32,
     pub metric: MetricOptions,
+    /// Clips compressed side by side (each clip is independent); 0: one per available core.
+    pub threads: usize,
 }
 
 impl AnimationOptions {
@@ -72,6 +74,7 @@ impl Default for AnimationOptions {
             scale_bits: 16,
             weight_bits: 12,
             metric: MetricOptions::default(),
+            threads: 0,
         }
     }
 }
@@ -142,9 +145,15 @@ pub fn compress_animations(
         diagonal: rig.diagonal,
         ..Default::default()
     };
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let compressed = map_parallel(&clips, threads, |clip| {
+        compress_clip(&rig, clip, tolerance, options)
+    });
     let mut writer = Writer::default();
-    for (index, clip) in clips.iter().enumerate() {
-        let (works, mut clip_report) = compress_clip(&rig, clip, tolerance, options);
+    for (index, (works, mut clip_report)) in compressed.into_iter().enumerate() {
         clip_report.bytes_before = clip_bytes(source, index);
         clip_report.bytes_after = writer.write_clip(&mut asset, index, &works);
         report.bytes_before += clip_report.bytes_before;
@@ -157,6 +166,46 @@ pub fn compress_animations(
         codecs,
         report,
     })
+}
+
+/// `f` over `items` on up to `threads` threads, results in the order of `items`. A panic in
+/// `f` reaches the caller (the stage's panic guard) as if `f` had run on its thread.
+fn map_parallel<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let threads = threads.min(items.len());
+    if threads <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = items.iter().map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return done;
+                        };
+                        done.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            match worker.join() {
+                Ok(done) => done.into_iter().for_each(|(i, r)| out[i] = Some(r)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    out.into_iter()
+        .map(|r| r.expect("every item was taken by a thread"))
+        .collect()
 }
 
 /// The animation stage alone on a model file (geometry untouched, vertices in source order):
@@ -295,20 +344,29 @@ fn between(
     }
 }
 
-/// Reference and current state of a clip at every sample time.
+/// Reference and current state of a clip at every sample time. World transforms are affine
+/// (3×4: a quarter fewer products than 4×4 matrices in the hot loop).
 struct State<'a> {
     rig: &'a Rig,
     times: Vec<f64>,
-    reference: Vec<Vec<DMat4>>,
+    reference: Vec<Vec<DAffine3>>,
     reference_weights: Vec<Vec<Vec<f64>>>,
     local: Vec<Vec<Local>>,
-    world: Vec<Vec<DMat4>>,
+    /// `local` as affine transforms (`fixed` where a node has one).
+    local_affine: Vec<Vec<DAffine3>>,
+    world: Vec<Vec<DAffine3>>,
     weights: Vec<Vec<Vec<f64>>>,
+    /// Per node: its `matrix` (nodes given by one can't be animated).
+    fixed: Vec<Option<DAffine3>>,
     /// Per node: it and its descendants, parents first.
     subtree: Vec<Vec<usize>>,
     /// Per node and morph target: largest model-space displacement at full weight.
     morph_gain: Vec<Vec<f64>>,
-    scratch: Vec<DMat4>,
+    scratch: Vec<DAffine3>,
+}
+
+fn affine(local: &Local) -> DAffine3 {
+    DAffine3::from_scale_rotation_translation(local.scale, local.rotation, local.translation)
 }
 
 impl<'a> State<'a> {
@@ -319,7 +377,7 @@ impl<'a> State<'a> {
         let mut local = Vec::with_capacity(times.len());
         for &t in &times {
             rig.pose_at(clip, t, &mut pose);
-            reference.push(pose.world.clone());
+            reference.push(pose.world.iter().map(|m| DAffine3::from_mat4(*m)).collect());
             reference_weights.push(pose.weights.clone());
             local.push(pose.local.clone());
         }
@@ -334,6 +392,20 @@ impl<'a> State<'a> {
         }
         let rest = rig.rest_pose();
         let morph_gain = (0..count).map(|n| morph_gain(rig, &rest, n)).collect();
+        let fixed: Vec<Option<DAffine3>> = rig
+            .nodes
+            .iter()
+            .map(|n| n.matrix.map(DAffine3::from_mat4))
+            .collect();
+        let local_affine = local
+            .iter()
+            .map(|l: &Vec<Local>| {
+                l.iter()
+                    .zip(&fixed)
+                    .map(|(l, f)| f.unwrap_or_else(|| affine(l)))
+                    .collect()
+            })
+            .collect();
         Self {
             rig,
             world: reference.clone(),
@@ -341,9 +413,11 @@ impl<'a> State<'a> {
             reference,
             reference_weights,
             local,
+            local_affine,
+            fixed,
             subtree,
             morph_gain,
-            scratch: vec![DMat4::IDENTITY; count],
+            scratch: vec![DAffine3::IDENTITY; count],
             times,
         }
     }
@@ -356,19 +430,16 @@ impl<'a> State<'a> {
         let mut worst: f64 = 0.0;
         for (i, &m) in self.subtree[n].iter().enumerate() {
             let node = &rig.nodes[m];
-            let matrix = node.matrix.unwrap_or_else(|| {
-                if i == 0 {
-                    local.matrix()
-                } else {
-                    self.local[s][m].matrix()
-                }
-            });
-            let parent = match node.parent {
-                Some(p) if i > 0 => self.scratch[p],
-                Some(p) => self.world[s][p],
-                None => DMat4::IDENTITY,
+            let matrix = if i > 0 {
+                self.local_affine[s][m]
+            } else {
+                self.fixed[m].unwrap_or_else(|| affine(local))
             };
-            let world = parent * matrix;
+            let world = match node.parent {
+                Some(p) if i > 0 => self.scratch[p] * matrix,
+                Some(p) => self.world[s][p] * matrix,
+                None => matrix,
+            };
             self.scratch[m] = world;
             let reach = rig.reach[m];
             if reach > 0.0 {
@@ -395,12 +466,13 @@ impl<'a> State<'a> {
         worst
     }
 
-    /// Commits `local` as node `n`'s transform at sample `s`.
-    fn commit(&mut self, s: usize, n: usize, local: Local) {
-        self.subtree_error(s, n, &local, f64::INFINITY);
+    /// Commits `local` as node `n`'s transform at sample `s`, with the subtree's world
+    /// transforms `subtree_error` left in the scratch space for it.
+    fn commit(&mut self, s: usize, n: usize, local: Local, worlds: &[DAffine3]) {
+        self.local_affine[s][n] = self.fixed[n].unwrap_or_else(|| affine(&local));
         self.local[s][n] = local;
-        for &m in &self.subtree[n] {
-            self.world[s][m] = self.scratch[m];
+        for (&m, world) in self.subtree[n].iter().zip(worlds) {
+            self.world[s][m] = *world;
         }
     }
 
@@ -435,17 +507,18 @@ impl<'a> State<'a> {
         }
     }
 
+    /// World transforms from local ones at every sample, parents first (`Rig::compose`).
     fn recompose(&mut self) {
         let rig = self.rig;
         for s in 0..self.times.len() {
-            let mut pose = Pose {
-                local: std::mem::take(&mut self.local[s]),
-                weights: vec![],
-                world: std::mem::take(&mut self.world[s]),
-            };
-            rig.compose(&mut pose);
-            self.local[s] = pose.local;
-            self.world[s] = pose.world;
+            for &n in &rig.order {
+                let local = self.fixed[n].unwrap_or_else(|| affine(&self.local[s][n]));
+                self.local_affine[s][n] = local;
+                self.world[s][n] = match rig.nodes[n].parent {
+                    Some(p) => self.world[s][p] * local,
+                    None => local,
+                };
+            }
         }
     }
 
@@ -477,18 +550,24 @@ impl<'a> State<'a> {
             }
             return true;
         }
+        // The subtree's new world transforms per sample, kept for the commit.
+        let size = self.subtree[node].len();
         let mut locals = Vec::with_capacity(samples.len());
+        let mut worlds = Vec::with_capacity(if commit { samples.len() * size } else { 0 });
         for s in samples.clone() {
             value_at(self.times[s], &mut buffer);
             let local = self.local[s][node].with(path, &buffer);
             if self.subtree_error(s, node, &local, limit) > limit {
                 return false;
             }
+            if commit {
+                worlds.extend(self.subtree[node].iter().map(|&m| self.scratch[m]));
+            }
             locals.push(local);
         }
         if commit {
-            for (s, local) in samples.zip(locals) {
-                self.commit(s, node, local);
+            for ((s, local), worlds) in samples.zip(locals).zip(worlds.chunks_exact(size)) {
+                self.commit(s, node, local, worlds);
             }
         }
         true
@@ -525,16 +604,16 @@ fn morph_gain(rig: &Rig, rest: &Pose, n: usize) -> Vec<f64> {
 }
 
 /// Error of the six virtual vertices at distance `reach` (local units) around a node whose
-/// world matrix should be `a` and is `b` (ACL's virtual vertices).
-fn point_error(a: &DMat4, b: &DMat4, reach: f64) -> f64 {
-    let dt = (a.w_axis - b.w_axis).truncate();
+/// world transform should be `a` and is `b` (ACL's virtual vertices).
+fn point_error(a: &DAffine3, b: &DAffine3, reach: f64) -> f64 {
+    let dt = a.translation - b.translation;
     let mut worst = dt.length();
     for axis in [
-        a.x_axis - b.x_axis,
-        a.y_axis - b.y_axis,
-        a.z_axis - b.z_axis,
+        a.matrix3.x_axis - b.matrix3.x_axis,
+        a.matrix3.y_axis - b.matrix3.y_axis,
+        a.matrix3.z_axis - b.matrix3.z_axis,
     ] {
-        let d = axis.truncate() * reach;
+        let d = axis * reach;
         worst = worst.max((dt + d).length()).max((dt - d).length());
     }
     worst
@@ -978,19 +1057,20 @@ fn compress_clip(
     // Durations never change: some channel ends at the clip's end.
     keep_end(rig, &mut works, range);
     // Verification with the exact metric; keys go back around failing samples.
-    let cache = metric::source_points(rig, clip, &state.times);
+    let verifier = metric::Verifier::new(rig, clip, &state.times);
     let mut output = assemble(&clip.name, &works);
     let mut errors;
     let mut round = 0;
     loop {
-        let (per_sample, all) = metric::measure(rig, clip, cache.as_deref(), &output, &state.times);
+        // A 2 % margin: other samplers (three.js in float32, at times between ours) must find
+        // the same bound.
+        let threshold = 0.98 * tolerance;
+        let (per_sample, all) = verifier.measure(&output, threshold);
         errors = all;
         let failing: Vec<f64> = per_sample
             .iter()
             .zip(&state.times)
-            // A 2 % margin: other samplers (three.js in float32, at times between ours)
-            // must find the same bound.
-            .filter(|(e, _)| **e > 0.98 * tolerance)
+            .filter(|(e, _)| **e > threshold)
             .map(|(_, &t)| t)
             .collect();
         if failing.is_empty() || round == 6 {
@@ -1586,6 +1666,41 @@ mod tests {
 
     /// The pass quantizes, not only drops keys: a rotation track comes out as normalized
     /// 16-bit integers (seed 000), smaller than its floats, within the tolerance.
+    /// Clips compressed side by side give the file one thread gives, byte for byte.
+    #[test]
+    fn clips_in_parallel_give_the_same_file() {
+        let asset = crate::animation::test_models::skinned_tube(12, 9);
+        assert!(asset.array("animations").len() >= 2);
+        let run = |threads| {
+            let options = AnimationOptions {
+                threads,
+                ..AnimationOptions::default()
+            };
+            let out = compress_animations(&asset, &options).unwrap();
+            (out.asset.to_glb(), out.report)
+        };
+        let one = run(1);
+        for threads in [2, 4] {
+            assert_eq!(run(threads), one, "{threads} threads");
+        }
+    }
+
+    /// A panic on a clip's thread reaches the caller (the stage's panic guard), and results
+    /// come back in the order of their items.
+    #[test]
+    fn map_parallel_keeps_order_and_panics() {
+        let items: Vec<usize> = (0..37).collect();
+        assert_eq!(
+            map_parallel(&items, 4, |i| i * 2),
+            (0..37).map(|i| i * 2).collect::<Vec<_>>()
+        );
+        let caught = std::panic::catch_unwind(|| {
+            map_parallel(&items, 3, |&i| if i == 20 { panic!("clip 20") } else { i })
+        });
+        let message = caught.unwrap_err();
+        assert_eq!(message.downcast_ref::<&str>(), Some(&"clip 20"));
+    }
+
     #[test]
     fn rotations_come_out_quantized_and_smaller() {
         let mut f = Fixture::new(vec![json!({}), json!({"translation": [0, 1, 0]})], 1.0);

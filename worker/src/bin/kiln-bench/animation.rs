@@ -195,7 +195,8 @@ pub fn run(args: &[String]) {
     let transform = gltf_check_dir().join("transform.mjs");
     // Per gltfpack setting: (Kiln bytes, gltfpack bytes) summed over models where both measured.
     let mut totals: Vec<(usize, usize, usize, usize)> = vec![(0, 0, 0, 0); GLTFPACK.len()];
-    let mut throughput = (0f64, 0f64);
+    // Source bytes, seconds on one thread, seconds with a thread per core (default tolerance).
+    let mut throughput = (0f64, 0f64, 0f64);
     for path in list {
         let bytes = std::fs::read(&path).unwrap();
         let resources = DirResources(path.parent().unwrap().to_owned());
@@ -219,8 +220,11 @@ pub fn run(args: &[String]) {
         );
         let mut rows = Vec::new();
         for tolerance in TOLERANCES {
+            // One thread: the speed target is per core (the stage's default is a thread per
+            // core, measured once more below).
             let options = AnimationOptions {
                 tolerance: Tolerance::Relative(tolerance),
+                threads: 1,
                 ..AnimationOptions::default()
             };
             let start = Instant::now();
@@ -232,9 +236,27 @@ pub fn run(args: &[String]) {
                     // Kept for inspection (the last model's outputs stay in the temp folder).
                     let _ =
                         std::fs::write(out_dir.join(format!("kiln-{tolerance:.0e}.glb")), &meshopt);
-                    if tolerance == 5e-5 {
+                    if tolerance == AnimationOptions::DEFAULT_TOLERANCE {
                         throughput.0 += source_payload.len() as f64;
                         throughput.1 += ms / 1000.0;
+                        let start = Instant::now();
+                        let all_cores = AnimationOptions {
+                            threads: 0,
+                            ..options.clone()
+                        };
+                        let again = animation_only_variants(
+                            &bytes,
+                            &resources,
+                            &all_cores,
+                            MeshoptCodec::Ext,
+                        );
+                        throughput.2 += start.elapsed().as_secs_f64();
+                        // Clips in parallel must give the same file.
+                        assert_eq!(
+                            again.ok().map(|r| r.1).as_ref(),
+                            Some(&meshopt),
+                            "{name}: clips compressed in parallel gave another file"
+                        );
                     }
                     rows.push(Row::measured(tool, &meshopt, &source, &resources, ms));
                 }
@@ -332,8 +354,11 @@ pub fn run(args: &[String]) {
             t.2 as f64 / t.3.max(1) as f64
         );
     }
+    let per_core = throughput.0 / throughput.1.max(1e-9) / 1e6;
     println!(
-        "  Kiln throughput at 5e-5: {:.1} MB/s of source animation data (one core)",
-        throughput.0 / throughput.1.max(1e-9) / 1e6
+        "  Kiln throughput at 5e-5: {per_core:.2} MB/s of source animation data per core (target >= 10: {}); {:.2} MB/s with a thread per core ({} cores, clips in parallel)",
+        super::met(per_core >= 10.0),
+        throughput.0 / throughput.2.max(1e-9) / 1e6,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     );
 }
