@@ -91,22 +91,87 @@ impl Deformer {
         }
     }
 
+    /// Model-space positions and normals of every vertex in `pose`, written into slices of
+    /// `vertices` entries. Normals are not normalised (their direction is the result: the
+    /// octahedral encoding and angle measurements don't need unit length, and skipping it is a
+    /// quarter of the time); `unit` gives unit length where needed.
+    pub fn deform(
+        &self,
+        rig: &Rig,
+        pose: &Pose,
+        positions: &mut [[f32; 3]],
+        normals: &mut [[f32; 3]],
+    ) {
+        let active = self.active_targets(pose);
+        // Morphed rest position and normal of vertex `v` (targets in order, as three.js adds
+        // them), computed where they are used: no copy of the mesh per call.
+        let rest = |v: usize| {
+            let (mut p, mut n) = (self.positions[v], self.normals[v]);
+            for &(t, w) in &active {
+                let (dp, dn) = &self.targets[t];
+                p += dp[v] * w;
+                if let Some(d) = dn.get(v) {
+                    n += *d * w;
+                }
+            }
+            (p, n)
+        };
+        let outputs = positions.iter_mut().zip(normals.iter_mut()).enumerate();
+        match self.skin {
+            None => {
+                let world = pose.world[self.node];
+                let m = Affine3A::from_mat4(world.as_mat4());
+                let normal_matrix = Mat3A::from_mat4(world.inverse().transpose().as_mat4());
+                for (v, (out_p, out_n)) in outputs {
+                    let (p, n) = rest(v);
+                    *out_p = m.transform_point3a(p).to_array();
+                    *out_n = (normal_matrix * n).to_array();
+                }
+            }
+            Some(s) => {
+                let joints = joint_columns(rig, pose, s, &mut (0.0, 0.0));
+                let per = self.per_vertex.max(1);
+                for ((v, (out_p, out_n)), influences) in
+                    outputs.zip(self.influences.chunks_exact(per))
+                {
+                    let (p, n) = rest(v);
+                    let m = blend_matrix(influences, &joints);
+                    *out_p = (m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]).to_array();
+                    *out_n = (m[0] * n.x + m[1] * n.y + m[2] * n.z).to_array();
+                }
+            }
+        }
+    }
+
+    /// The morph targets `pose` weighs, with their weights.
+    fn active_targets(&self, pose: &Pose) -> Vec<(usize, f32)> {
+        let weights = &pose.weights[self.node];
+        (0..self.targets.len())
+            .map(|t| (t, weights.get(t).copied().unwrap_or(0.0) as f32))
+            .filter(|&(_, w)| w != 0.0)
+            .collect()
+    }
+
     /// Model-space positions of every vertex in `pose` (no normals), into `out` (`vertices`
     /// entries). Returns the largest linear-part norm and translation length among the
     /// matrices applied: with the largest morphed rest length, a bound on each result's size.
     pub fn positions(&self, rig: &Rig, pose: &Pose, out: &mut [Vec3A]) -> (f32, f32) {
-        let weights = &pose.weights[self.node];
-        let mut morphed = None;
-        for (t, (dp, _)) in self.targets.iter().enumerate() {
-            let w = weights.get(t).copied().unwrap_or(0.0) as f32;
-            if w != 0.0 {
-                let p = morphed.get_or_insert_with(|| self.positions.clone());
-                for (p, d) in p.iter_mut().zip(dp) {
-                    *p += *d * w;
-                }
-            }
-        }
-        let base = morphed.as_deref().unwrap_or(&self.positions);
+        let active = self.active_targets(pose);
+        let morphed;
+        let base = if active.is_empty() {
+            &self.positions
+        } else {
+            morphed = (0..self.vertices)
+                .map(|v| {
+                    let mut p = self.positions[v];
+                    for &(t, w) in &active {
+                        p += self.targets[t].0[v] * w;
+                    }
+                    p
+                })
+                .collect::<Vec<_>>();
+            &morphed
+        };
         match self.skin {
             None => {
                 let world = pose.world[self.node];
@@ -120,19 +185,8 @@ impl Deformer {
                 )
             }
             Some(s) => {
-                let skin = &rig.skins[s];
                 let mut bound = (0f32, 0f32);
-                let joints: Vec<[Vec3A; 4]> = skin
-                    .joints
-                    .iter()
-                    .zip(&skin.inverse_binds)
-                    .map(|(&j, ibm)| {
-                        let m = pose.world[j] * *ibm;
-                        bound.0 = bound.0.max(super::rig::matrix_norm(&m) as f32);
-                        bound.1 = bound.1.max(m.w_axis.truncate().length() as f32);
-                        columns(&m)
-                    })
-                    .collect();
+                let joints = joint_columns(rig, pose, s, &mut bound);
                 // The common widths get a loop the compiler unrolls.
                 match self.per_vertex {
                     4 => skin_positions::<4>(base, &self.influences, &joints, out),
@@ -140,82 +194,6 @@ impl Deformer {
                     per => skin_positions_any(base, &self.influences, per.max(1), &joints, out),
                 }
                 bound
-            }
-        }
-    }
-
-    /// Model-space positions and normals of every vertex in `pose`, written into slices of
-    /// `vertices` entries. Normals are not normalised (their direction is the result: the
-    /// octahedral encoding and angle measurements don't need unit length, and skipping it is a
-    /// quarter of the time); `unit` gives unit length where needed.
-    pub fn deform(
-        &self,
-        rig: &Rig,
-        pose: &Pose,
-        positions: &mut [[f32; 3]],
-        normals: &mut [[f32; 3]],
-    ) {
-        let weights = &pose.weights[self.node];
-        let active: Vec<(usize, f32)> = (0..self.targets.len())
-            .map(|t| (t, weights.get(t).copied().unwrap_or(0.0) as f32))
-            .filter(|&(_, w)| w != 0.0)
-            .collect();
-        // Morphed rest positions and normals, only when some target is active.
-        let morphed = (!active.is_empty()).then(|| {
-            let mut p = self.positions.clone();
-            let mut n = self.normals.clone();
-            for &(t, w) in &active {
-                let (dp, dn) = &self.targets[t];
-                for (p, d) in p.iter_mut().zip(dp) {
-                    *p += *d * w;
-                }
-                for (n, d) in n.iter_mut().zip(dn) {
-                    *n += *d * w;
-                }
-            }
-            (p, n)
-        });
-        let (base_p, base_n) = match &morphed {
-            Some((p, n)) => (p.as_slice(), n.as_slice()),
-            None => (self.positions.as_slice(), self.normals.as_slice()),
-        };
-        let outputs = positions.iter_mut().zip(normals.iter_mut());
-        match self.skin {
-            None => {
-                let world = pose.world[self.node];
-                let m = Affine3A::from_mat4(world.as_mat4());
-                let normal_matrix = Mat3A::from_mat4(world.inverse().transpose().as_mat4());
-                for ((p, n), (out_p, out_n)) in base_p.iter().zip(base_n).zip(outputs) {
-                    *out_p = m.transform_point3a(*p).to_array();
-                    *out_n = (normal_matrix * *n).to_array();
-                }
-            }
-            Some(s) => {
-                let skin = &rig.skins[s];
-                let joints: Vec<[Vec3A; 4]> = skin
-                    .joints
-                    .iter()
-                    .zip(&skin.inverse_binds)
-                    .map(|(&j, ibm)| columns(&(pose.world[j] * *ibm)))
-                    .collect();
-                let per = self.per_vertex.max(1);
-                let vertices = base_p
-                    .iter()
-                    .zip(base_n)
-                    .zip(self.influences.chunks_exact(per))
-                    .zip(outputs);
-                for (((p, n), influences), (out_p, out_n)) in vertices {
-                    let mut m = [Vec3A::ZERO; 4];
-                    for &(slot, w) in influences {
-                        let j = &joints[slot as usize];
-                        m[0] += j[0] * w;
-                        m[1] += j[1] * w;
-                        m[2] += j[2] * w;
-                        m[3] += j[3] * w;
-                    }
-                    *out_p = (m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]).to_array();
-                    *out_n = (m[0] * n.x + m[1] * n.y + m[2] * n.z).to_array();
-                }
             }
         }
     }
@@ -248,6 +226,13 @@ fn skin_positions_any(
 
 #[inline(always)]
 fn blend(influences: &[(u32, f32)], joints: &[[Vec3A; 4]], p: Vec3A) -> Vec3A {
+    let m = blend_matrix(influences, joints);
+    m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]
+}
+
+/// The weighted sum of a vertex's joint matrices (columns).
+#[inline(always)]
+fn blend_matrix(influences: &[(u32, f32)], joints: &[[Vec3A; 4]]) -> [Vec3A; 4] {
     let mut m = [Vec3A::ZERO; 4];
     for &(slot, w) in influences {
         let j = &joints[slot as usize];
@@ -256,7 +241,23 @@ fn blend(influences: &[(u32, f32)], joints: &[[Vec3A; 4]], p: Vec3A) -> Vec3A {
         m[2] += j[2] * w;
         m[3] += j[3] * w;
     }
-    m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]
+    m
+}
+
+/// Skin `s`'s joint matrices in `pose` (world × inverse bind) as f32 columns; `bound` grows
+/// to their largest linear-part norm and translation length.
+fn joint_columns(rig: &Rig, pose: &Pose, s: usize, bound: &mut (f32, f32)) -> Vec<[Vec3A; 4]> {
+    let skin = &rig.skins[s];
+    skin.joints
+        .iter()
+        .zip(&skin.inverse_binds)
+        .map(|(&j, ibm)| {
+            let m = pose.world[j] * *ibm;
+            bound.0 = bound.0.max(super::rig::matrix_norm(&m) as f32);
+            bound.1 = bound.1.max(m.w_axis.truncate().length() as f32);
+            columns(&m)
+        })
+        .collect()
 }
 
 /// Every point `Rig::points` gives (vertices of every mesh node, then the shell), in f32 with

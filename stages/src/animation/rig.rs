@@ -565,11 +565,18 @@ impl Rig {
             pose.local[n] = node.rest;
             pose.weights[n].clone_from(&node.weights);
         }
-        let mut buffer = Vec::new();
+        // Values of one channel: on the stack unless a mesh has more than 16 morph targets
+        // (this runs once per sample or frame; an allocation would be much of its cost).
+        let (mut stack, mut heap) = ([0.0; 16], Vec::new());
         for channel in &clip.channels {
-            buffer.resize(channel.width, 0.0);
-            channel.sample(t, &mut buffer);
-            apply(pose, channel.node, channel.path, &buffer);
+            let buffer = if channel.width <= stack.len() {
+                &mut stack[..channel.width]
+            } else {
+                heap.resize(channel.width, 0.0);
+                &mut heap[..]
+            };
+            channel.sample(t, buffer);
+            apply(pose, channel.node, channel.path, buffer);
         }
         self.compose(pose);
     }
