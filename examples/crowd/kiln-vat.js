@@ -95,8 +95,8 @@ export async function loadVat(baseUrl, options = {}) {
   const base = baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
   const flipExrRows = options.flipExrRows ?? true;
   const json = await (await fetchOk(resolveUrl(base, 'vat.json'))).json();
-  if (json.format !== 'kiln-vat' || json.version !== 1) {
-    throw new Error(`${base}vat.json: not a kiln-vat version 1 file (format ${json.format}, version ${json.version})`);
+  if (json.format !== 'kiln-vat' || json.version !== 2) {
+    throw new Error(`${base}vat.json: not a kiln-vat version 2 file (format ${json.format}, version ${json.version})`);
   }
   if (!SUPPORTED_ENCODINGS.includes(json.encoding)) {
     throw new Error(`${base}: unknown encoding ${json.encoding}`);

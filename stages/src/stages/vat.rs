@@ -34,7 +34,7 @@ use mesh::mesh_glb;
 use textures::{Encoded, PositionCodec};
 
 pub const NAME: &str = "vat";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// How positions are stored in the textures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -246,6 +246,23 @@ pub struct Layout {
     pub planes: u32,
     pub frames_per_texture: u32,
     pub max_size: u32,
+}
+
+impl Layout {
+    /// Frames in texture `texture` of a bake of `frames` frames (the last may hold fewer).
+    pub fn frames_in(&self, texture: usize, frames: usize) -> u32 {
+        let per = self.frames_per_texture as usize;
+        per.min(frames.saturating_sub(texture * per)) as u32
+    }
+
+    /// The position-texture row of plane `plane`, local frame `local`, vertex row `row` in a
+    /// texture of `frames` frames. Plane-major (format 2): a texture holds plane 0 of all its
+    /// frames, then plane 1 of all of them, and so on, so that a row's neighbour above is the
+    /// same plane one frame earlier (what PNG's Up filter predicts from) rather than another
+    /// plane.
+    pub fn position_row(&self, frames: u32, local: u32, plane: u32, row: u32) -> u32 {
+        (plane * frames + local) * self.rows_per_frame + row
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]

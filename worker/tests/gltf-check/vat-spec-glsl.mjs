@@ -25,6 +25,7 @@ export function specChunk(json, options = {}) {
   const bounds = options.bounds ?? json.bounds;
   const count = json.textures.length;
   const encoding = json.encoding;
+  if (json.version !== 2) throw new Error(`spec decoder: vat.json version ${json.version} not supported (2: plane-major)`);
   if (!['low', 'medium', 'high', 'rgba16', 'half'].includes(encoding)) throw new Error(`spec decoder: encoding ${encoding} not supported`);
   // rgba16 textures are unsigned-integer ones (RGBA16UI); the fetch returns 0..65535 as floats.
   const sampler = encoding === 'rgba16' ? 'usampler2D' : 'sampler2D';
@@ -42,9 +43,9 @@ export function specChunk(json, options = {}) {
   const relative = json.mode === 'relative';
   const decodeT = {
     low: 'vatPositionsFetch(tex, ivec2(col, base)).rgb',
-    medium: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 256.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + VAT_R)))) / 65535.0',
-    high: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 65536.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + VAT_R))) * 256.0'
-      + ' + vatBytes(vatPositionsFetch(tex, ivec2(col, base + 2 * VAT_R)))) / 16777215.0',
+    medium: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 256.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + plane)))) / 65535.0',
+    high: '(vatBytes(vatPositionsFetch(tex, ivec2(col, base))) * 65536.0 + vatBytes(vatPositionsFetch(tex, ivec2(col, base + plane))) * 256.0'
+      + ' + vatBytes(vatPositionsFetch(tex, ivec2(col, base + 2 * plane)))) / 16777215.0',
     rgba16: 'vatPositionsFetch(tex, ivec2(col, base)).rgb / 65535.0',
     half: 'vatPositionsFetch(tex, ivec2(col, base)).rgb',
   }[encoding];
@@ -63,6 +64,7 @@ export function specChunk(json, options = {}) {
     `const int VAT_R = ${R};`,
     `const int VAT_K = ${K};`,
     `const int VAT_FPT = ${FPT};`,
+    `const int VAT_FRAMES = ${json.frames};`,
     `const float VAT_FRAME_RATE = ${glslFloat(json.frame_rate)};`,
     `const vec3 VAT_MIN = ${glslVec3(bounds.min)};`,
     `const vec3 VAT_MAX = ${glslVec3(bounds.max)};`,
@@ -93,7 +95,11 @@ export function specChunk(json, options = {}) {
     '  int tex = g / VAT_FPT;',
     '  int l = g - tex * VAT_FPT;',
     '  int col = v.x;',
-    '  int base = l * VAT_K * VAT_R + v.y;',
+    // Format 2, plane-major: a texture of n frames holds plane 0 of its n frames, then
+    // plane 1, ...; plane p of local frame l, vertex row y is row (p * n + l) * R + y.
+    '  int n = min(VAT_FPT, VAT_FRAMES - tex * VAT_FPT);',
+    '  int base = l * VAT_R + v.y;',
+    '  int plane = n * VAT_R;',
     `  vec3 t = ${decodeT};`,
     `  return ${value};`,
     '}',

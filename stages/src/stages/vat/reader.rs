@@ -21,6 +21,14 @@ pub type Decoded = (Vec<[f32; 3]>, Vec<[f32; 3]>);
 pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
     let meta: VatMeta =
         serde_json::from_slice(file(files, "vat.json")?).map_err(|e| e.to_string())?;
+    if meta.format != "kiln-vat" || meta.version != super::FORMAT_VERSION {
+        return Err(format!(
+            "vat.json: {} version {}, this reader reads kiln-vat version {}",
+            meta.format,
+            meta.version,
+            super::FORMAT_VERSION
+        ));
+    }
     let asset = Asset::read(file(files, "mesh.glb")?, &NoResources).map_err(|e| e.to_string())?;
     let (mut rest, mut texel) = (Vec::new(), Vec::new());
     for p in asset.array("meshes")[0]["primitives"]
@@ -47,7 +55,7 @@ pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
         ));
     }
     let l = meta.layout;
-    let (w, r, k) = (l.width, l.rows_per_frame, l.planes);
+    let (w, r) = (l.width, l.rows_per_frame);
     let mut textures = Vec::new();
     for t in &meta.textures {
         let p = read_texture(file(files, &t.positions)?)?;
@@ -71,6 +79,7 @@ pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
     for g in 0..meta.frames {
         let i = g / l.frames_per_texture as usize;
         let local = (g % l.frames_per_texture as usize) as u32;
+        let frames_here = l.frames_in(i, meta.frames);
         let ((_, _, pw), (_, _, nw)) = &textures[i];
         for v in 0..meta.vertices {
             // The shader's texel: floor(uv * (W, R)).
@@ -85,21 +94,23 @@ pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
                 let o = ((y * w + x) * 4) as usize;
                 [words[o], words[o + 1], words[o + 2], words[o + 3]]
             };
-            let y = local * k * r + row;
+            // Plane p of this frame (docs/vat.md, format 2: plane-major).
+            let plane = |p: u32| at(pw, (p * frames_here + local) * r + row);
+            let y = local * r + row;
             let t: [f64; 3] = match meta.encoding {
-                VatEncoding::Low => at(pw, y).map(|c| c as f64 / 255.0)[..3].try_into().unwrap(),
+                VatEncoding::Low => plane(0).map(|c| c as f64 / 255.0)[..3].try_into().unwrap(),
                 VatEncoding::Medium => {
-                    let (hi, lo) = (at(pw, y), at(pw, y + r));
+                    let (hi, lo) = (plane(0), plane(1));
                     [0, 1, 2].map(|a| (hi[a] * 256 + lo[a]) as f64 / 65535.0)
                 }
                 VatEncoding::High => {
-                    let (b2, b1, b0) = (at(pw, y), at(pw, y + r), at(pw, y + 2 * r));
+                    let (b2, b1, b0) = (plane(0), plane(1), plane(2));
                     [0, 1, 2].map(|a| (b2[a] * 65536 + b1[a] * 256 + b0[a]) as f64 / 16777215.0)
                 }
-                VatEncoding::Rgba16 => at(pw, y).map(|c| c as f64 / 65535.0)[..3]
+                VatEncoding::Rgba16 => plane(0).map(|c| c as f64 / 65535.0)[..3]
                     .try_into()
                     .unwrap(),
-                VatEncoding::Half => at(pw, y).map(|c| half(c) as f64)[..3].try_into().unwrap(),
+                VatEncoding::Half => plane(0).map(|c| half(c) as f64)[..3].try_into().unwrap(),
             };
             let value = [0, 1, 2].map(|a| {
                 if meta.encoding == VatEncoding::Half {
@@ -113,7 +124,7 @@ pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
                 PositionMode::Absolute => value,
                 PositionMode::Relative => [0, 1, 2].map(|a| rest[v][a] + value[a]),
             });
-            let n = at(nw, local * r + row);
+            let n = at(nw, y);
             let o = match meta.encoding {
                 VatEncoding::Rgba16 => [n[0], n[1]].map(|c| c as f32 / 65535.0 * 2.0 - 1.0),
                 VatEncoding::Half => [half(n[0]), half(n[1])],

@@ -44,11 +44,12 @@ pub fn glsl(meta: &VatMeta) -> String {
         s,
         "// Define VAT_INTERPOLATE before this chunk to blend between frames.\n\
          #define VAT_WIDTH {}\n#define VAT_ROWS {}\n#define VAT_FRAMES_PER_TEXTURE {}\n\
-         #define VAT_FPS {:?}\n\
+         #define VAT_FRAMES {}\n#define VAT_FPS {:?}\n\
          const vec3 VAT_MIN = vec3({});\nconst vec3 VAT_RANGE = vec3({});\n",
         l.width,
         l.rows_per_frame,
         l.frames_per_texture,
+        meta.frames,
         meta.frame_rate,
         vec3(meta.bounds.min),
         vec3(range),
@@ -97,12 +98,13 @@ pub fn glsl(meta: &VatMeta) -> String {
     s.push_str(
         "ivec2 vatTexel(vec2 uv) { return ivec2(uv * vec2(float(VAT_WIDTH), float(VAT_ROWS))); }\n\n",
     );
-    let planes = l.planes;
-    let _ = write!(
-        s,
-        "vec3 vatValue(ivec2 texel, int frame) {{\n\
+    // Plane-major textures (format 2): plane p of a frame is p × (frames in the texture) ×
+    // VAT_ROWS rows further down.
+    s.push_str(
+        "vec3 vatValue(ivec2 texel, int frame) {\n\
          \x20 int i = frame / VAT_FRAMES_PER_TEXTURE;\n\
-         \x20 int y = (frame - i * VAT_FRAMES_PER_TEXTURE) * {planes} * VAT_ROWS + texel.y;\n"
+         \x20 int y = (frame - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS + texel.y;\n\
+         \x20 int plane = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS;\n",
     );
     s.push_str(match meta.encoding {
         VatEncoding::Low => {
@@ -111,13 +113,13 @@ pub fn glsl(meta: &VatMeta) -> String {
         }
         VatEncoding::Medium => {
             "  vec3 hi = floor(vatFetchPositions(i, ivec2(texel.x, y)).rgb * 255.0 + 0.5);\n\
-             \x20 vec3 lo = floor(vatFetchPositions(i, ivec2(texel.x, y + VAT_ROWS)).rgb * 255.0 + 0.5);\n\
+             \x20 vec3 lo = floor(vatFetchPositions(i, ivec2(texel.x, y + plane)).rgb * 255.0 + 0.5);\n\
              \x20 return VAT_MIN + ((hi * 256.0 + lo) / 65535.0) * VAT_RANGE;\n"
         }
         VatEncoding::High => {
             "  vec3 b2 = floor(vatFetchPositions(i, ivec2(texel.x, y)).rgb * 255.0 + 0.5);\n\
-             \x20 vec3 b1 = floor(vatFetchPositions(i, ivec2(texel.x, y + VAT_ROWS)).rgb * 255.0 + 0.5);\n\
-             \x20 vec3 b0 = floor(vatFetchPositions(i, ivec2(texel.x, y + 2 * VAT_ROWS)).rgb * 255.0 + 0.5);\n\
+             \x20 vec3 b1 = floor(vatFetchPositions(i, ivec2(texel.x, y + plane)).rgb * 255.0 + 0.5);\n\
+             \x20 vec3 b0 = floor(vatFetchPositions(i, ivec2(texel.x, y + 2 * plane)).rgb * 255.0 + 0.5);\n\
              \x20 return VAT_MIN + ((b2 * 65536.0 + b1 * 256.0 + b0) / 16777215.0) * VAT_RANGE;\n"
         }
         VatEncoding::Rgba16 => {
@@ -208,11 +210,12 @@ pub fn wgsl(meta: &VatMeta) -> String {
     let _ = write!(
         s,
         "\nconst VAT_WIDTH: i32 = {};\nconst VAT_ROWS: i32 = {};\n\
-         const VAT_FRAMES_PER_TEXTURE: i32 = {};\nconst VAT_FPS: f32 = {:?};\n\
+         const VAT_FRAMES_PER_TEXTURE: i32 = {};\nconst VAT_FRAMES: i32 = {};\nconst VAT_FPS: f32 = {:?};\n\
          const VAT_MIN: vec3<f32> = vec3<f32>({});\nconst VAT_RANGE: vec3<f32> = vec3<f32>({});\n\n",
         l.width,
         l.rows_per_frame,
         l.frames_per_texture,
+        meta.frames,
         meta.frame_rate,
         vec3(meta.bounds.min),
         vec3(range),
@@ -258,12 +261,11 @@ pub fn wgsl(meta: &VatMeta) -> String {
         "fn vat_texel(uv: vec2<f32>) -> vec2<i32> {\n\
          \x20 return vec2<i32>(uv * vec2<f32>(f32(VAT_WIDTH), f32(VAT_ROWS)));\n}\n\n",
     );
-    let _ = write!(
-        s,
-        "fn vat_value(texel: vec2<i32>, frame: i32) -> vec3<f32> {{\n\
+    s.push_str(
+        "fn vat_value(texel: vec2<i32>, frame: i32) -> vec3<f32> {\n\
          \x20 let i = frame / VAT_FRAMES_PER_TEXTURE;\n\
-         \x20 let y = (frame - i * VAT_FRAMES_PER_TEXTURE) * {} * VAT_ROWS + texel.y;\n",
-        l.planes
+         \x20 let y = (frame - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS + texel.y;\n\
+         \x20 let plane = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS;\n",
     );
     s.push_str(match meta.encoding {
         VatEncoding::Low => {
@@ -272,13 +274,13 @@ pub fn wgsl(meta: &VatMeta) -> String {
         }
         VatEncoding::Medium => {
             "  let hi = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y)).rgb * 255.0 + 0.5);\n\
-             \x20 let lo = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y + VAT_ROWS)).rgb * 255.0 + 0.5);\n\
+             \x20 let lo = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y + plane)).rgb * 255.0 + 0.5);\n\
              \x20 return VAT_MIN + ((hi * 256.0 + lo) / 65535.0) * VAT_RANGE;\n"
         }
         VatEncoding::High => {
             "  let b2 = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y)).rgb * 255.0 + 0.5);\n\
-             \x20 let b1 = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y + VAT_ROWS)).rgb * 255.0 + 0.5);\n\
-             \x20 let b0 = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y + 2 * VAT_ROWS)).rgb * 255.0 + 0.5);\n\
+             \x20 let b1 = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y + plane)).rgb * 255.0 + 0.5);\n\
+             \x20 let b0 = floor(vat_fetch_positions(i, vec2<i32>(texel.x, y + 2 * plane)).rgb * 255.0 + 0.5);\n\
              \x20 return VAT_MIN + ((b2 * 65536.0 + b1 * 256.0 + b0) / 16777215.0) * VAT_RANGE;\n"
         }
         VatEncoding::Rgba16 => {

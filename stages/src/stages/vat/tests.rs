@@ -164,6 +164,71 @@ fn layouts_wrap_rows_and_split_frames_without_smearing() {
     assert!(glsl.contains("vatPositions2") && glsl.contains("#define VAT_FRAMES_PER_TEXTURE 227"));
 }
 
+/// Format 2 stores position planes plane-major: in a texture of `n` frames, plane `p` of local
+/// frame `l` is row `(p * n + l) * R + v / W` (docs/vat.md). Decoded here by hand from the PNG
+/// words, over several textures (the last holding fewer frames), against the evaluator.
+#[test]
+fn position_planes_are_plane_major() {
+    let asset = skinned_tube(257, 2);
+    let options = VatOptions {
+        width: Some(256),
+        max_size: 2048,
+        frame_rate: 400.0,
+        ..fixed(VatEncoding::Medium, PositionMode::Relative)
+    };
+    let bake = check_bake(&asset, &options);
+    let mesh = &bake.meshes[0];
+    let meta = &mesh.meta;
+    assert_eq!(meta.version, 2);
+    let l = meta.layout;
+    assert_eq!(
+        (l.rows_per_frame, l.planes, l.frames_per_texture),
+        (3, 2, 341)
+    );
+    assert_eq!(meta.textures.len(), 2);
+    assert_eq!(meta.textures[1].frames, meta.frames - 341);
+    let (rig, clips, _) = prepare(&asset).unwrap();
+    let frames = evaluate(&rig, &clips, meta.node, meta.frame_rate);
+    let (w, r) = (l.width as usize, l.rows_per_frame as usize);
+    let mut checked = 0;
+    for (i, t) in meta.textures.iter().enumerate() {
+        let bytes = &mesh
+            .files
+            .iter()
+            .find(|(name, _)| *name == t.positions)
+            .unwrap()
+            .1;
+        let (width, height, words) = textures::read_texture(bytes).unwrap();
+        let n = t.frames;
+        assert_eq!((width as usize, height as usize), (w, 2 * n * r));
+        for local in 0..n {
+            let g = i * l.frames_per_texture as usize + local;
+            for v in 0..meta.vertices {
+                let texel = |plane: usize| {
+                    let y = (plane * n + local) * r + v / w;
+                    let o = (y * w + v % w) * 4;
+                    [words[o], words[o + 1], words[o + 2]]
+                };
+                let (hi, lo) = (texel(0), texel(1));
+                let decoded: [f64; 3] = [0, 1, 2].map(|a| {
+                    let t = (hi[a] * 256 + lo[a]) as f64 / 65535.0;
+                    let (min, max) = (meta.bounds.min[a] as f64, meta.bounds.max[a] as f64);
+                    frames.rest[v][a] as f64 + min + t * (max - min)
+                });
+                let expected = frames.positions[g * meta.vertices + v].map(f64::from);
+                let e =
+                    (glam::DVec3::from_array(decoded) - glam::DVec3::from_array(expected)).length();
+                assert!(
+                    e <= meta.error.position_bound + 1e-6 * rig.diagonal,
+                    "texture {i} frame {g} vertex {v}: off by {e:e}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, meta.frames * meta.vertices);
+}
+
 #[test]
 fn bad_models_get_a_clear_error_and_no_output() {
     let tube = skinned_tube(8, 4);

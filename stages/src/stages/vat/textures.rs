@@ -234,17 +234,18 @@ pub fn encode(
                 error.position_max = error
                     .position_max
                     .max(distance(&position, &frames.positions[g * v_count + v]));
-                let y0 = (l as u32 * k) * rows + row;
+                let y = |plane: u32| layout.position_row(n as u32, l as u32, plane, row);
+                let y0 = y(0);
                 match encoding {
                     VatEncoding::Low => positions.set(x, y0, texel3(words)),
                     VatEncoding::Medium => {
                         positions.set(x, y0, texel3(words.map(|w| w >> 8)));
-                        positions.set(x, y0 + rows, texel3(words.map(|w| w & 255)));
+                        positions.set(x, y(1), texel3(words.map(|w| w & 255)));
                     }
                     VatEncoding::High => {
                         positions.set(x, y0, texel3(words.map(|w| w >> 16)));
-                        positions.set(x, y0 + rows, texel3(words.map(|w| (w >> 8) & 255)));
-                        positions.set(x, y0 + 2 * rows, texel3(words.map(|w| w & 255)));
+                        positions.set(x, y(1), texel3(words.map(|w| (w >> 8) & 255)));
+                        positions.set(x, y(2), texel3(words.map(|w| w & 255)));
                     }
                     VatEncoding::Rgba16 => {
                         positions.set(x, y0, [words[0], words[1], words[2], 65535])
