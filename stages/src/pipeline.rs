@@ -250,7 +250,21 @@ pub fn prepare(
         inventory: &inventory,
     };
     let ((tree, outcomes), geometry_report) = step(observer, &mut report, geometry::NAME, |obs| {
-        call::<geometry::Step>(obs, files, &options.geometry)
+        // The build's `[models]` settings on top of the server's (checked in the vat step).
+        let failed = |reason: String| PipelineError {
+            stage: geometry::NAME,
+            file: Some(vat::BUILD_CONFIG.to_string()),
+            reason,
+            permanent: true,
+        };
+        let kiln_toml = build_config(&tree).map_err(failed)?;
+        let models = geometry::models_settings(kiln_toml.as_deref()).map_err(failed)?;
+        let options = geometry::GeometryOptions {
+            drop_unused_attributes: options.geometry.drop_unused_attributes
+                || models.drop_unused_attributes,
+            ..options.geometry.clone()
+        };
+        call::<geometry::Step>(obs, files, &options)
     })?;
     let (inventory, models) = apply_geometry(&tree, &outcomes, &inventory).map_err(|error| {
         Box::new(Failed {

@@ -391,6 +391,87 @@ fn kiln_toml_selects_models_and_bad_settings_fail_the_build() {
     assert!(!out.join("manifest.json").exists());
 }
 
+/// `kiln.toml` `[models] drop_unused_attributes = true`: a triangle whose UVs no material
+/// reads (it has none) loses them in both variants and the report says so; without it they
+/// stay (games assign materials in code).
+#[test]
+fn kiln_toml_drops_attributes_no_material_reads_only_when_asked() {
+    // Positions and UVs of one triangle, no material.
+    let triangle = br#"{"asset": {"version": "2.0"}, "scene": 0, "scenes": [{"nodes": [0]}],
+      "nodes": [{"mesh": 0}], "meshes": [{"primitives": [{"attributes": {"POSITION": 0, "TEXCOORD_0": 1}}]}],
+      "buffers": [{"byteLength": 60, "uri": "data:application/octet-stream;base64,AAAAAAAAAAAAAAAAAACAPwAAAAAAAAAAAAAAAAAAgD8AAAAAAAAAAAAAAAAAAIA/AAAAAAAAAAAAAIA/"}],
+      "bufferViews": [{"buffer": 0, "byteLength": 36}, {"buffer": 0, "byteOffset": 36, "byteLength": 24}],
+      "accessors": [
+        {"bufferView": 0, "componentType": 5126, "count": 3, "type": "VEC3", "min": [0, 0, 0], "max": [1, 1, 0]},
+        {"bufferView": 1, "componentType": 5126, "count": 3, "type": "VEC2"}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let mut variants = Vec::new();
+    for (name, toml) in [
+        ("asked", &b"[models]\ndrop_unused_attributes = true\n"[..]),
+        ("default", &b"[models]\n"[..]),
+    ] {
+        let package = dir.path().join(format!("{name}.zip"));
+        std::fs::write(
+            &package,
+            zip_with(&[("kiln.toml", toml), ("triangle.gltf", &triangle[..])]),
+        )
+        .unwrap();
+        let out = dir.path().join(name);
+        let output = run(
+            &[
+                "process",
+                package.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let (manifest, report) = manifest_and_report(&out);
+        let dropped = report
+            .pointer("/stages/geometry/models/0/report/unused_attributes_dropped")
+            .cloned();
+        let mut names = Vec::new();
+        for variant in ["triangle.quantized.glb", "triangle.meshopt.glb"] {
+            let key = file_entry(&manifest, variant)["key"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let bytes = std::fs::read(out.join(key)).unwrap();
+            let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+            let json: serde_json::Value =
+                serde_json::from_slice(&bytes[20..20 + json_len]).unwrap();
+            let attributes = &json["meshes"][0]["primitives"][0]["attributes"];
+            names.push(
+                attributes
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        variants.push((name, dropped, names, report));
+    }
+    let (_, dropped, names, report) = &variants[0];
+    assert_eq!(
+        dropped.as_ref(),
+        Some(&serde_json::json!(["meshes[0].primitives[0].TEXCOORD_0"])),
+        "{report}"
+    );
+    assert!(names.iter().all(|n| n == &["POSITION"]), "{names:?}");
+    let (_, dropped, names, _) = &variants[1];
+    assert_eq!(dropped, &None);
+    assert!(
+        names.iter().all(|n| n == &["POSITION", "TEXCOORD_0"]),
+        "{names:?}"
+    );
+}
+
 /// `kiln.toml` `[models] serve = "quantized"`: a game that loads its models itself gets the
 /// quantized variant at the model's own path (what `/play/` serves); the manifest's model
 /// list still names every variant. `serve = "meshopt"` needs a decoder the game did not set

@@ -43,6 +43,7 @@ mod attributes;
 mod morph;
 mod quantize;
 mod transforms;
+mod unused;
 
 use attributes::*;
 use morph::*;
@@ -71,6 +72,10 @@ pub struct GeometryOptions {
     /// Animation compression (the `animation` stage) for both variants; `None` carries
     /// animations through untouched.
     pub animation: Option<AnimationOptions>,
+    /// Drop vertex attributes no material of their primitive reads (`unused.rs`; gltfpack's
+    /// default). Off: games often assign materials in code. A build turns it on in its
+    /// `kiln.toml` (`[models] drop_unused_attributes = true`).
+    pub drop_unused_attributes: bool,
 }
 
 impl Default for GeometryOptions {
@@ -87,6 +92,7 @@ impl Default for GeometryOptions {
             vertex_level: DEFAULT_VERTEX_LEVEL,
             sparse_morph_targets: true,
             animation: Some(AnimationOptions::default()),
+            drop_unused_attributes: false,
         }
     }
 }
@@ -160,6 +166,9 @@ pub struct ModelReport {
     pub dropped_zero_targets: u64,
     /// Materials and samplers nothing used, dropped.
     pub pruned: Pruned,
+    /// Vertex attributes no material reads, dropped (`drop_unused_attributes`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unused_attributes_dropped: Vec<String>,
     /// What the animation stage did (models with animations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub animation: Option<AnimationReport>,
@@ -220,13 +229,18 @@ pub fn optimize_model(
     options: &GeometryOptions,
 ) -> Result<OptimizedModel, ModelError> {
     let options = options.clamped();
-    let source = Asset::read(bytes, resources)?;
+    let mut source = Asset::read(bytes, resources)?;
     for ext in source.array("extensionsUsed") {
         let name = ext.as_str().unwrap_or("");
         if !UNDERSTOOD.contains(&name) {
             return Err(ModelError::Unsupported(name.to_string()));
         }
     }
+    let unused_attributes_dropped = if options.drop_unused_attributes {
+        unused::drop_unused_attributes(&mut source)
+    } else {
+        Vec::new()
+    };
     let model = match &options.animation {
         Some(animation) if !source.array("animations").is_empty() => {
             within_budget(&source, &options, animation)?
@@ -236,6 +250,7 @@ pub fn optimize_model(
     Ok(OptimizedModel {
         report: ModelReport {
             bytes_before: bytes.len() as u64,
+            unused_attributes_dropped,
             ..model.report
         },
         ..model
@@ -447,27 +462,38 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
 }
 
 /// The variants written for one model of the build.
-/// `kiln.toml` `[models] serve = "quantized"`: the build opts into serving that variant at
-/// each `.glb` model's own path, so a game that loads its models itself gets it without a
-/// code change (`quantized` needs no decoder: KHR_mesh_quantization is read by three.js,
-/// Babylon.js, PlayCanvas, …). Default: the original file.
-pub fn served_variant(kiln_toml: Option<&str>) -> Result<Option<String>, String> {
+/// A build's `kiln.toml` `[models]` section.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelsSettings {
+    /// `"quantized"`: serve that variant at each `.glb` model's own path (see
+    /// `served_variant`); `"original"` or unset: the original file.
+    pub serve: Option<String>,
+    /// Drop vertex attributes no material reads (`GeometryOptions::drop_unused_attributes`).
+    pub drop_unused_attributes: bool,
+}
+
+/// The `[models]` section of a build's `kiln.toml` (defaults when there is none).
+pub fn models_settings(kiln_toml: Option<&str>) -> Result<ModelsSettings, String> {
     #[derive(serde::Deserialize, Default)]
     #[serde(default)]
     struct BuildConfig {
         models: Option<ModelsSettings>,
     }
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default, deny_unknown_fields)]
-    struct ModelsSettings {
-        serve: Option<String>,
-    }
     let Some(text) = kiln_toml else {
-        return Ok(None);
+        return Ok(ModelsSettings::default());
     };
     let config: BuildConfig =
         toml::from_str(text).map_err(|e| format!("kiln.toml: {}", e.message()))?;
-    match config.models.and_then(|m| m.serve).as_deref() {
+    Ok(config.models.unwrap_or_default())
+}
+
+/// `kiln.toml` `[models] serve = "quantized"`: the build opts into serving that variant at
+/// each `.glb` model's own path, so a game that loads its models itself gets it without a
+/// code change (`quantized` needs no decoder: KHR_mesh_quantization is read by three.js,
+/// Babylon.js, PlayCanvas, …). Default: the original file.
+pub fn served_variant(kiln_toml: Option<&str>) -> Result<Option<String>, String> {
+    match models_settings(kiln_toml)?.serve.as_deref() {
         None | Some("original") => Ok(None),
         Some("quantized") => Ok(Some("quantized".into())),
         Some("meshopt") => Err(

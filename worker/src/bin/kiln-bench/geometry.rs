@@ -1,4 +1,6 @@
-//! `kiln-bench geometry DIR`: Kiln's geometry stage beside gltfpack on every model under DIR,
+//! `kiln-bench geometry DIR [--khr] [--drop-unused]`: Kiln's geometry stage beside gltfpack on
+//! every model under DIR (`--drop-unused`: Kiln with `drop_unused_attributes`, which gltfpack
+//! does by default; off by default in Kiln),
 //! same bit settings, same run: brotli -11 sizes of whole files (Kiln's as delivered, with the
 //! animation pass) and of geometry alone, wall time, position error; then issue 17's targets,
 //! each `met` or `NOT met` with the models that miss it.
@@ -110,6 +112,7 @@ fn non_image_bytes(bytes: &[u8], asset: Option<&Asset>) -> usize {
 
 pub fn run(args: &[String]) {
     let khr = args.iter().any(|a| a == "--khr");
+    let drop_unused = args.iter().any(|a| a == "--drop-unused");
     // Equal bits: gltfpack -vn 10 stores tangents as 8-bit octahedral, so tangents get 8
     // bits here (Kiln's own default for tangents is 12).
     let defaults = GeometryOptions::default();
@@ -122,6 +125,7 @@ pub fn run(args: &[String]) {
         tangent_bits: 8,
         // Geometry only: animations are the animation benchmark's.
         animation: None,
+        drop_unused_attributes: drop_unused,
         ..defaults.clone()
     };
     // The file a player gets: the same, with the animation pass and its error budget on.
