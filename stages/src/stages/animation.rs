@@ -452,18 +452,20 @@ impl<'a> State<'a> {
         worst
     }
 
-    /// Largest error of any node's virtual vertices over all samples, as the pose is now.
-    fn max_error(&self) -> f64 {
-        let mut worst: f64 = 0.0;
+    /// Per node, the largest error of its virtual vertices over all samples, as the pose is
+    /// now.
+    fn node_errors(&self) -> Vec<f64> {
+        let mut errors = vec![0.0f64; self.rig.nodes.len()];
         for s in 0..self.times.len() {
             for &n in &self.rig.order {
                 let reach = self.rig.reach[n];
                 if reach > 0.0 {
-                    worst = worst.max(point_error(&self.reference[s][n], &self.world[s][n], reach));
+                    let e = point_error(&self.reference[s][n], &self.world[s][n], reach);
+                    errors[n] = errors[n].max(e);
                 }
             }
         }
-        worst
+        errors
     }
 
     /// Commits `local` as node `n`'s transform at sample `s`, with the subtree's world
@@ -1000,8 +1002,9 @@ fn compress_clip(
     };
     // Quantization must leave room for key reduction: each channel starts with the fewest
     // bits (up to the configured ones) whose error, alone with the rest exact, is within 40 %
-    // of the budget; errors add up down a joint chain, so while all channels quantized
-    // together exceed half the budget, every channel gets a finer step.
+    // of the budget; errors add up down a joint chain, so while some node's points, all
+    // channels quantized together, exceed half the budget, the channels of its chain get a
+    // finer step.
     let ladders: Vec<Vec<Quantized>> = works.iter().map(ladder).collect();
     let mut steps: Vec<usize> = Vec::with_capacity(works.len());
     for ((w, source), ladder) in works.iter().zip(&clip.channels).zip(&ladders) {
@@ -1027,11 +1030,32 @@ fn compress_clip(
         }
         state.recompose();
         let finest = steps.iter().zip(&ladders).all(|(&s, l)| s >= l.len());
-        if finest || state.max_error() <= tolerance * share * 0.5 {
+        if finest {
             break;
         }
-        for (step, ladder) in steps.iter_mut().zip(&ladders) {
-            *step = (*step + 1).min(ladder.len());
+        // Only the chains over half the budget get finer steps: the nodes whose points are
+        // over it and their ancestors (whose error moves them). Every channel one step finer
+        // (as before) spent bits where nothing was over: Fox's delivered file 8 % larger.
+        let errors = state.node_errors();
+        let mut chain = vec![false; rig.nodes.len()];
+        for (n, &e) in errors.iter().enumerate() {
+            if e > tolerance * share * 0.5 {
+                let mut at = Some(n);
+                while let Some(a) = at.filter(|&a| !chain[a]) {
+                    chain[a] = true;
+                    at = rig.nodes[a].parent;
+                }
+            }
+        }
+        let mut finer = false;
+        for ((step, ladder), w) in steps.iter_mut().zip(&ladders).zip(&works) {
+            if chain[w.node] && *step < ladder.len() {
+                *step += 1;
+                finer = true;
+            }
+        }
+        if !finer {
+            break;
         }
     }
     // Budget passes: every channel gets half first, then the rest of what is left.
