@@ -24,6 +24,27 @@ fn run(args: &[&str], data_dir: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
+/// Zips `entries` into `<dir>/<name>.zip` and runs `kiln-worker process` on it (with `extra`
+/// arguments) into `<dir>/<name>`: the command's output and that folder.
+fn process_package(
+    dir: &std::path::Path,
+    name: &str,
+    entries: &[(&str, &[u8])],
+    extra: &[&str],
+) -> (std::process::Output, std::path::PathBuf) {
+    let package = dir.join(format!("{name}.zip"));
+    std::fs::write(&package, zip_with(entries)).unwrap();
+    let out = dir.join(name);
+    let mut args = vec![
+        "process",
+        package.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (run(&args, dir), out)
+}
+
 #[test]
 fn process_writes_signed_manifest_objects_and_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -170,25 +191,15 @@ fn a_broken_model_fails_that_file_not_the_build() {
         "/../examples/sample-game/assets/Fox.glb"
     ))
     .unwrap();
-    let package = dir.path().join("game.zip");
-    std::fs::write(
-        &package,
-        zip_with(&[
+    let (output, out) = process_package(
+        dir.path(),
+        "out",
+        &[
             ("index.html", b"<html></html>"),
             ("models/fox.glb", &fox),
             ("models/broken.glb", &fox[..fox.len() / 2]),
-        ]),
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let output = run(
-        &[
-            "process",
-            package.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
         ],
-        dir.path(),
+        &[],
     );
     assert!(
         output.status.success(),
@@ -254,28 +265,17 @@ fn manifest_and_report(out: &std::path::Path) -> (serde_json::Value, serde_json:
 #[test]
 fn process_with_vat_puts_the_bake_in_the_manifest() {
     let dir = tempfile::tempdir().unwrap();
-    let package = dir.path().join("game.zip");
     let still = br#"{"asset":{"version":"2.0"},"buffers":[{"uri":"mesh.bin","byteLength":4}]}"#;
-    std::fs::write(
-        &package,
-        zip_with(&[
+    let (output, out) = process_package(
+        dir.path(),
+        "out",
+        &[
             ("index.html", b"<!doctype html>"),
             ("models/fox.glb", &fox()),
             ("models/box.gltf", still),
             ("models/mesh.bin", b"\0\0\0\0"),
-        ]),
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let output = run(
-        &[
-            "process",
-            package.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--vat",
         ],
-        dir.path(),
+        &["--vat"],
     );
     assert!(
         output.status.success(),
@@ -330,22 +330,12 @@ fn process_with_vat_puts_the_bake_in_the_manifest() {
 #[test]
 fn kiln_toml_selects_models_and_bad_settings_fail_the_build() {
     let dir = tempfile::tempdir().unwrap();
-    let package = dir.path().join("game.zip");
     let toml = b"[vat]\nfiles = [\"fox.glb\"]\nencoding = \"low\"\nframe_rate = 10\n";
-    std::fs::write(
-        &package,
-        zip_with(&[("kiln.toml", toml), ("fox.glb", &fox())]),
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let output = run(
-        &[
-            "process",
-            package.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    let (output, out) = process_package(
         dir.path(),
+        "out",
+        &[("kiln.toml", toml), ("fox.glb", &fox())],
+        &[],
     );
     assert!(
         output.status.success(),
@@ -355,24 +345,14 @@ fn kiln_toml_selects_models_and_bad_settings_fail_the_build() {
     let (manifest, _) = manifest_and_report(&out);
     assert_eq!(manifest["vat"][0]["encoding"], "low");
 
-    let bad = dir.path().join("bad.zip");
-    std::fs::write(
-        &bad,
-        zip_with(&[
+    let (output, out) = process_package(
+        dir.path(),
+        "bad-out",
+        &[
             ("kiln.toml", b"[vat]\nencoding = \"ultra\"\n"),
             ("fox.glb", &fox()),
-        ]),
-    )
-    .unwrap();
-    let out = dir.path().join("bad-out");
-    let output = run(
-        &[
-            "process",
-            bad.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
         ],
-        dir.path(),
+        &[],
     );
     assert_eq!(output.status.code(), Some(1));
     let (_, report) = {
@@ -410,21 +390,11 @@ fn kiln_toml_drops_attributes_no_material_reads_only_when_asked() {
         ("asked", &b"[models]\ndrop_unused_attributes = true\n"[..]),
         ("default", &b"[models]\n"[..]),
     ] {
-        let package = dir.path().join(format!("{name}.zip"));
-        std::fs::write(
-            &package,
-            zip_with(&[("kiln.toml", toml), ("triangle.gltf", &triangle[..])]),
-        )
-        .unwrap();
-        let out = dir.path().join(name);
-        let output = run(
-            &[
-                "process",
-                package.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-            ],
+        let (output, out) = process_package(
             dir.path(),
+            name,
+            &[("kiln.toml", toml), ("triangle.gltf", &triangle[..])],
+            &[],
         );
         assert!(
             output.status.success(),
@@ -480,23 +450,12 @@ fn kiln_toml_drops_attributes_no_material_reads_only_when_asked() {
 fn kiln_toml_serves_the_quantized_variant_at_the_models_path() {
     let dir = tempfile::tempdir().unwrap();
     let process = |name: &str, toml: &[u8]| {
-        let package = dir.path().join(format!("{name}.zip"));
-        std::fs::write(
-            &package,
-            zip_with(&[("kiln.toml", toml), ("assets/Fox.glb", &fox())]),
-        )
-        .unwrap();
-        let out = dir.path().join(name);
-        let output = run(
-            &[
-                "process",
-                package.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-            ],
+        process_package(
             dir.path(),
-        );
-        (output, out)
+            name,
+            &[("kiln.toml", toml), ("assets/Fox.glb", &fox())],
+            &[],
+        )
     };
     let (output, out) = process("opted-in", b"[models]\nserve = \"quantized\"\n");
     assert!(
