@@ -219,12 +219,7 @@ pub fn prepare(
 
     let (tree, vat_report) = step(observer, &mut report, vat::NAME, |obs| {
         // The build's own configuration, checked whole before any model work.
-        let failed = |reason: String| PipelineError {
-            stage: vat::NAME,
-            file: Some(vat::BUILD_CONFIG.to_string()),
-            reason,
-            permanent: true,
-        };
+        let failed = config_failure(vat::NAME);
         let kiln_toml = build_config(&tree).map_err(failed)?;
         let selection = vat::build_selection(kiln_toml.as_deref(), &options.vat).map_err(failed)?;
         geometry::served_variant(kiln_toml.as_deref()).map_err(failed)?;
@@ -251,12 +246,7 @@ pub fn prepare(
     };
     let ((tree, outcomes), geometry_report) = step(observer, &mut report, geometry::NAME, |obs| {
         // The build's `[models]` settings on top of the server's (checked in the vat step).
-        let failed = |reason: String| PipelineError {
-            stage: geometry::NAME,
-            file: Some(vat::BUILD_CONFIG.to_string()),
-            reason,
-            permanent: true,
-        };
+        let failed = config_failure(geometry::NAME);
         let kiln_toml = build_config(&tree).map_err(failed)?;
         let models = geometry::models_settings(kiln_toml.as_deref()).map_err(failed)?;
         let options = geometry::GeometryOptions {
@@ -290,12 +280,7 @@ pub fn prepare(
     report.record(encode::NAME, &encode_report);
 
     let (signed, sign_report) = step(observer, &mut report, sign::NAME, |obs| {
-        let failed = |reason| PipelineError {
-            stage: sign::NAME,
-            file: Some(vat::BUILD_CONFIG.to_string()),
-            permanent: true,
-            reason,
-        };
+        let failed = config_failure(sign::NAME);
         let kiln_toml = build_config(&tree).map_err(failed)?;
         let variant = geometry::served_variant(kiln_toml.as_deref()).map_err(failed)?;
         let csp = kiln_common::csp::from_build_config(kiln_toml.as_deref(), &api_origin(options))
@@ -535,6 +520,16 @@ impl BuildReport {
             stage,
             serde_json::to_value(stage_report).unwrap_or(serde_json::Value::Null),
         );
+    }
+}
+
+/// A failure the build's `kiln.toml` causes in `stage`: permanent, naming the file.
+fn config_failure(stage: &'static str) -> impl Fn(String) -> PipelineError + Copy {
+    move |reason| PipelineError {
+        stage,
+        file: Some(vat::BUILD_CONFIG.to_string()),
+        reason,
+        permanent: true,
     }
 }
 
