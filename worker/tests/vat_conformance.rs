@@ -288,36 +288,42 @@ fn every_vat_mesh_of_the_corpus_passes_the_validator() {
 #[test]
 fn the_vat_renders_like_the_skinned_original_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
-    let mut models = vec![fox()];
+    // (model, extra bake arguments, clips): the Fox also 500 texels wide, so each frame spans
+    // four rows (the shaders' row arithmetic for R > 1).
+    let mut bakes = vec![
+        (fox(), vec![], vec!["Survey", "Run"]),
+        (fox(), vec!["--width", "500"], vec!["Run"]),
+    ];
     let cesium = support::shared_assets().join("CesiumMan/CesiumMan.glb");
     if cesium.exists() {
-        models.push(cesium);
+        bakes.push((cesium, vec![], vec!["0"]));
     } else {
         support::require_corpus();
         eprintln!("{} is not here: rendering the Fox only", cesium.display());
     }
-    for (m, model) in models.iter().enumerate() {
+    for (m, (model, extra, clips)) in bakes.iter().enumerate() {
         let out = dir.path().join(format!("bake{m}"));
-        let run = kiln_worker(
-            &[
-                OsStr::new("vat"),
-                model.as_os_str(),
-                OsStr::new("--out"),
-                out.as_os_str(),
-            ],
-            dir.path(),
-        );
+        let mut args = vec![
+            OsStr::new("vat"),
+            model.as_os_str(),
+            OsStr::new("--out"),
+            out.as_os_str(),
+        ];
+        args.extend(extra.iter().map(OsStr::new));
+        let run = kiln_worker(&args, dir.path());
         assert!(
             run.status.success(),
             "{}",
             String::from_utf8_lossy(&run.stderr)
         );
-        let clips = if m == 0 {
-            vec!["Survey", "Run"]
-        } else {
-            vec!["0"]
-        };
-        for clip in clips {
+        if !extra.is_empty() {
+            let meta: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(out.join("fox/vat.json")).unwrap_or_else(|e| panic!("{e}")),
+            )
+            .unwrap();
+            assert_eq!(meta["layout"]["rows_per_frame"], 4, "{}", meta["layout"]);
+        }
+        for &clip in clips {
             let render = |broken: &str| -> f64 {
                 let result = support::node_json(
                     "vat-render.mjs",

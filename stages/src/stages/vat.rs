@@ -256,12 +256,17 @@ impl Layout {
     }
 
     /// The position-texture row of plane `plane`, local frame `local`, vertex row `row` in a
-    /// texture of `frames` frames. Plane-major (format 2): a texture holds plane 0 of all its
-    /// frames, then plane 1 of all of them, and so on, so that a row's neighbour above is the
-    /// same plane one frame earlier (what PNG's Up filter predicts from) rather than another
-    /// plane.
+    /// texture of `frames` frames (format 2): planes one after the other, in each plane the
+    /// vertex rows one after the other, each holding every frame in turn. A texel's neighbour
+    /// above is then the same vertex one frame earlier, which PNG's Up filter predicts from.
     pub fn position_row(&self, frames: u32, local: u32, plane: u32, row: u32) -> u32 {
-        (plane * frames + local) * self.rows_per_frame + row
+        (plane * self.rows_per_frame + row) * frames + local
+    }
+
+    /// The normal-texture row of local frame `local`, vertex row `row` (one plane, the same
+    /// order).
+    pub fn normal_row(&self, frames: u32, local: u32, row: u32) -> u32 {
+        self.position_row(frames, local, 0, row)
     }
 }
 

@@ -25,7 +25,7 @@ export function specChunk(json, options = {}) {
   const bounds = options.bounds ?? json.bounds;
   const count = json.textures.length;
   const encoding = json.encoding;
-  if (json.version !== 2) throw new Error(`spec decoder: vat.json version ${json.version} not supported (2: plane-major)`);
+  if (json.version !== 2) throw new Error(`spec decoder: vat.json version ${json.version} not supported (2)`);
   if (!['low', 'medium', 'high', 'rgba16', 'half'].includes(encoding)) throw new Error(`spec decoder: encoding ${encoding} not supported`);
   // rgba16 textures are unsigned-integer ones (RGBA16UI); the fetch returns 0..65535 as floats.
   const sampler = encoding === 'rgba16' ? 'usampler2D' : 'sampler2D';
@@ -95,18 +95,19 @@ export function specChunk(json, options = {}) {
     '  int tex = g / VAT_FPT;',
     '  int l = g - tex * VAT_FPT;',
     '  int col = v.x;',
-    // Format 2, plane-major: a texture of n frames holds plane 0 of its n frames, then
-    // plane 1, ...; plane p of local frame l, vertex row y is row (p * n + l) * R + y.
+    // Format 2: in a texture of n frames, plane p of vertex row y at local frame l is row
+    // (p * R + y) * n + l (planes, then vertex rows, then frames).
     '  int n = min(VAT_FPT, VAT_FRAMES - tex * VAT_FPT);',
-    '  int base = l * VAT_R + v.y;',
-    '  int plane = n * VAT_R;',
+    '  int base = v.y * n + l;',
+    '  int plane = VAT_R * n;',
     `  vec3 t = ${decodeT};`,
     `  return ${value};`,
     '}',
     'vec3 vatDecodeNormal(ivec2 v, int g) {',
     '  int tex = g / VAT_FPT;',
     '  int l = g - tex * VAT_FPT;',
-    '  vec4 c = vatNormalsFetch(tex, ivec2(v.x, l * VAT_R + v.y));',
+    '  int n = min(VAT_FPT, VAT_FRAMES - tex * VAT_FPT);',
+    '  vec4 c = vatNormalsFetch(tex, ivec2(v.x, v.y * n + l));',
     octa,
     '  vec3 n = vec3(o, 1.0 - abs(o.x) - abs(o.y));',
     '  if (n.z < 0.0) {',

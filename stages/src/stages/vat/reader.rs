@@ -94,9 +94,10 @@ pub fn decode(files: &[(String, Vec<u8>)]) -> Result<Decoded, String> {
                 let o = ((y * w + x) * 4) as usize;
                 [words[o], words[o + 1], words[o + 2], words[o + 3]]
             };
-            // Plane p of this frame (docs/vat.md, format 2: plane-major).
-            let plane = |p: u32| at(pw, (p * frames_here + local) * r + row);
-            let y = local * r + row;
+            // Plane p of this frame (docs/vat.md, format 2: planes, then vertex rows, then
+            // frames).
+            let plane = |p: u32| at(pw, (p * r + row) * frames_here + local);
+            let y = row * frames_here + local;
             let t: [f64; 3] = match meta.encoding {
                 VatEncoding::Low => plane(0).map(|c| c as f64 / 255.0)[..3].try_into().unwrap(),
                 VatEncoding::Medium => {

@@ -98,13 +98,15 @@ pub fn glsl(meta: &VatMeta) -> String {
     s.push_str(
         "ivec2 vatTexel(vec2 uv) { return ivec2(uv * vec2(float(VAT_WIDTH), float(VAT_ROWS))); }\n\n",
     );
-    // Plane-major textures (format 2): plane p of a frame is p × (frames in the texture) ×
-    // VAT_ROWS rows further down.
+    // Format 2: planes, then vertex rows, then frames: vertex row r of local frame l is row
+    // r × n + l of plane 0 (n: frames in this texture), plane p is p × VAT_ROWS × n rows
+    // further down.
     s.push_str(
         "vec3 vatValue(ivec2 texel, int frame) {\n\
          \x20 int i = frame / VAT_FRAMES_PER_TEXTURE;\n\
-         \x20 int y = (frame - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS + texel.y;\n\
-         \x20 int plane = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS;\n",
+         \x20 int n = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE);\n\
+         \x20 int y = texel.y * n + (frame - i * VAT_FRAMES_PER_TEXTURE);\n\
+         \x20 int plane = VAT_ROWS * n;\n",
     );
     s.push_str(match meta.encoding {
         VatEncoding::Low => {
@@ -155,7 +157,8 @@ pub fn glsl(meta: &VatMeta) -> String {
          }\n\n\
          vec3 vatNormalAt(ivec2 texel, int frame) {\n\
          \x20 int i = frame / VAT_FRAMES_PER_TEXTURE;\n\
-         \x20 int y = (frame - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS + texel.y;\n",
+         \x20 int n = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE);\n\
+         \x20 int y = texel.y * n + (frame - i * VAT_FRAMES_PER_TEXTURE);\n",
     );
     s.push_str(match meta.encoding {
         VatEncoding::Low | VatEncoding::Medium | VatEncoding::High => {
@@ -264,8 +267,9 @@ pub fn wgsl(meta: &VatMeta) -> String {
     s.push_str(
         "fn vat_value(texel: vec2<i32>, frame: i32) -> vec3<f32> {\n\
          \x20 let i = frame / VAT_FRAMES_PER_TEXTURE;\n\
-         \x20 let y = (frame - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS + texel.y;\n\
-         \x20 let plane = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS;\n",
+         \x20 let n = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE);\n\
+         \x20 let y = texel.y * n + (frame - i * VAT_FRAMES_PER_TEXTURE);\n\
+         \x20 let plane = VAT_ROWS * n;\n",
     );
     s.push_str(match meta.encoding {
         VatEncoding::Low => {
@@ -313,7 +317,8 @@ pub fn wgsl(meta: &VatMeta) -> String {
          }\n\n\
          fn vat_normal_at(texel: vec2<i32>, frame: i32) -> vec3<f32> {\n\
          \x20 let i = frame / VAT_FRAMES_PER_TEXTURE;\n\
-         \x20 let y = (frame - i * VAT_FRAMES_PER_TEXTURE) * VAT_ROWS + texel.y;\n",
+         \x20 let n = min(VAT_FRAMES_PER_TEXTURE, VAT_FRAMES - i * VAT_FRAMES_PER_TEXTURE);\n\
+         \x20 let y = texel.y * n + (frame - i * VAT_FRAMES_PER_TEXTURE);\n",
     );
     s.push_str(match meta.encoding {
         VatEncoding::Low | VatEncoding::Medium | VatEncoding::High => {

@@ -164,9 +164,10 @@ fn layouts_wrap_rows_and_split_frames_without_smearing() {
     assert!(glsl.contains("vatPositions2") && glsl.contains("#define VAT_FRAMES_PER_TEXTURE 227"));
 }
 
-/// Format 2 stores position planes plane-major: in a texture of `n` frames, plane `p` of local
-/// frame `l` is row `(p * n + l) * R + v / W` (docs/vat.md). Decoded here by hand from the PNG
-/// words, over several textures (the last holding fewer frames), against the evaluator.
+/// Format 2 stores planes, then vertex rows, then frames: in a texture of `n` frames, plane `p`
+/// of vertex `v` at local frame `l` is row `(p * R + v / W) * n + l` (docs/vat.md). Decoded here
+/// by hand from the PNG words, over several textures (the last holding fewer frames) with
+/// three rows per frame, against the evaluator.
 #[test]
 fn position_planes_are_plane_major() {
     let asset = skinned_tube(257, 2);
@@ -205,7 +206,7 @@ fn position_planes_are_plane_major() {
             let g = i * l.frames_per_texture as usize + local;
             for v in 0..meta.vertices {
                 let texel = |plane: usize| {
-                    let y = (plane * n + local) * r + v / w;
+                    let y = (plane * r + v / w) * n + local;
                     let o = (y * w + v % w) * 4;
                     [words[o], words[o + 1], words[o + 2]]
                 };

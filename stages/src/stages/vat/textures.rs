@@ -263,7 +263,7 @@ pub fn encode(
                 if normal != [0.0; 3] {
                     normal_max = normal_max.max(angle(&decoded, &normal));
                 }
-                let ny = l as u32 * rows + row;
+                let ny = layout.normal_row(n as u32, l as u32, row);
                 let texel = match encoding {
                     VatEncoding::Low | VatEncoding::Medium | VatEncoding::High => [
                         nw[0] >> 4,
