@@ -1688,8 +1688,6 @@ mod tests {
         }
     }
 
-    /// The pass quantizes, not only drops keys: a rotation track comes out as normalized
-    /// 16-bit integers (seed 000), smaller than its floats, within the tolerance.
     /// Clips compressed side by side give the file one thread gives, byte for byte.
     #[test]
     fn clips_in_parallel_give_the_same_file() {
@@ -1725,6 +1723,8 @@ mod tests {
         assert_eq!(message.downcast_ref::<&str>(), Some(&"clip 20"));
     }
 
+    /// The pass quantizes, not only drops keys: a rotation track comes out as normalized
+    /// 16-bit integers (seed 000), smaller than its floats, within the tolerance.
     #[test]
     fn rotations_come_out_quantized_and_smaller() {
         let mut f = Fixture::new(vec![json!({}), json!({"translation": [0, 1, 0]})], 1.0);

@@ -461,7 +461,6 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
     })
 }
 
-/// The variants written for one model of the build.
 /// A build's `kiln.toml` `[models]` section.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -516,6 +515,7 @@ pub struct GeometryReport {
     pub meshopt_bytes: u64,
 }
 
+/// The variants written for one model of the build.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ModelVariants {
     /// The model's own path (the `original` variant).
