@@ -106,15 +106,13 @@ impl Deformer {
         // Morphed rest position and normal of vertex `v` (targets in order, as three.js adds
         // them), computed where they are used: no copy of the mesh per call.
         let rest = |v: usize| {
-            let (mut p, mut n) = (self.positions[v], self.normals[v]);
+            let mut n = self.normals[v];
             for &(t, w) in &active {
-                let (dp, dn) = &self.targets[t];
-                p += dp[v] * w;
-                if let Some(d) = dn.get(v) {
+                if let Some(d) = self.targets[t].1.get(v) {
                     n += *d * w;
                 }
             }
-            (p, n)
+            (self.morphed_position(v, &active), n)
         };
         let outputs = positions.iter_mut().zip(normals.iter_mut()).enumerate();
         match self.skin {
@@ -143,6 +141,16 @@ impl Deformer {
         }
     }
 
+    /// Vertex `v`'s rest position with the `active` targets added in order (as three.js adds
+    /// them).
+    fn morphed_position(&self, v: usize, active: &[(usize, f32)]) -> Vec3A {
+        let mut p = self.positions[v];
+        for &(t, w) in active {
+            p += self.targets[t].0[v] * w;
+        }
+        p
+    }
+
     /// The morph targets `pose` weighs, with their weights.
     fn active_targets(&self, pose: &Pose) -> Vec<(usize, f32)> {
         let weights = &pose.weights[self.node];
@@ -162,13 +170,7 @@ impl Deformer {
             &self.positions
         } else {
             morphed = (0..self.vertices)
-                .map(|v| {
-                    let mut p = self.positions[v];
-                    for &(t, w) in &active {
-                        p += self.targets[t].0[v] * w;
-                    }
-                    p
-                })
+                .map(|v| self.morphed_position(v, &active))
                 .collect::<Vec<_>>();
             &morphed
         };
@@ -314,11 +316,8 @@ impl Points {
             let w = pose.world[n];
             magnitude =
                 magnitude.max(super::rig::matrix_norm(&w) * r + w.w_axis.truncate().length());
-            for axis in [DVec3::X, DVec3::Y, DVec3::Z] {
-                out.push(w.transform_point3(axis * r).as_vec3().into());
-                out.push(w.transform_point3(-axis * r).as_vec3().into());
-            }
         }
+        out.extend(rig.shell_points(pose).map(|p| Vec3A::from(p.as_vec3())));
         magnitude
     }
 }

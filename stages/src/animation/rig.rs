@@ -627,14 +627,18 @@ impl Rig {
                 }
             }
         }
-        for &n in &self.shell_nodes {
-            let r = self.reach[n];
-            let w = pose.world[n];
-            for axis in [DVec3::X, DVec3::Y, DVec3::Z] {
-                out.push(w.transform_point3(axis * r));
-                out.push(w.transform_point3(-axis * r));
-            }
-        }
+        out.extend(self.shell_points(pose));
+    }
+
+    /// The six virtual vertices of every shell node in `pose` (±reach along each local axis),
+    /// in `points`' order.
+    pub fn shell_points<'a>(&'a self, pose: &'a Pose) -> impl Iterator<Item = DVec3> + 'a {
+        self.shell_nodes.iter().flat_map(move |&n| {
+            let (r, w) = (self.reach[n], pose.world[n]);
+            [DVec3::X, DVec3::Y, DVec3::Z]
+                .into_iter()
+                .flat_map(move |axis| [w.transform_point3(axis * r), w.transform_point3(-axis * r)])
+        })
     }
 }
 

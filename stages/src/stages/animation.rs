@@ -365,8 +365,12 @@ struct State<'a> {
     scratch: Vec<DAffine3>,
 }
 
-fn affine(local: &Local) -> DAffine3 {
-    DAffine3::from_scale_rotation_translation(local.scale, local.rotation, local.translation)
+/// A node's local transform: its `matrix` when it has one (it can't be animated), else its
+/// TRS `local`.
+fn affine(fixed: Option<DAffine3>, local: &Local) -> DAffine3 {
+    fixed.unwrap_or_else(|| {
+        DAffine3::from_scale_rotation_translation(local.scale, local.rotation, local.translation)
+    })
 }
 
 impl<'a> State<'a> {
@@ -399,12 +403,7 @@ impl<'a> State<'a> {
             .collect();
         let local_affine = local
             .iter()
-            .map(|l: &Vec<Local>| {
-                l.iter()
-                    .zip(&fixed)
-                    .map(|(l, f)| f.unwrap_or_else(|| affine(l)))
-                    .collect()
-            })
+            .map(|l: &Vec<Local>| l.iter().zip(&fixed).map(|(l, f)| affine(*f, l)).collect())
             .collect();
         Self {
             rig,
@@ -433,7 +432,7 @@ impl<'a> State<'a> {
             let matrix = if i > 0 {
                 self.local_affine[s][m]
             } else {
-                self.fixed[m].unwrap_or_else(|| affine(local))
+                affine(self.fixed[m], local)
             };
             let world = match node.parent {
                 Some(p) if i > 0 => self.scratch[p] * matrix,
@@ -471,7 +470,7 @@ impl<'a> State<'a> {
     /// Commits `local` as node `n`'s transform at sample `s`, with the subtree's world
     /// transforms `subtree_error` left in the scratch space for it.
     fn commit(&mut self, s: usize, n: usize, local: Local, worlds: &[DAffine3]) {
-        self.local_affine[s][n] = self.fixed[n].unwrap_or_else(|| affine(&local));
+        self.local_affine[s][n] = affine(self.fixed[n], &local);
         self.local[s][n] = local;
         for (&m, world) in self.subtree[n].iter().zip(worlds) {
             self.world[s][m] = *world;
@@ -514,7 +513,7 @@ impl<'a> State<'a> {
         let rig = self.rig;
         for s in 0..self.times.len() {
             for &n in &rig.order {
-                let local = self.fixed[n].unwrap_or_else(|| affine(&self.local[s][n]));
+                let local = affine(self.fixed[n], &self.local[s][n]);
                 self.local_affine[s][n] = local;
                 self.world[s][n] = match rig.nodes[n].parent {
                     Some(p) => self.world[s][p] * local,

@@ -74,13 +74,24 @@ fn used(name: &str, reads: &Reads) -> bool {
 /// Drops the attributes no material of their primitive reads; returns their names per mesh
 /// (`"meshes[m].primitives[p].NAME"`), in order. Accessors left unused are collected later.
 pub(super) fn drop_unused_attributes(asset: &mut Asset) -> Vec<String> {
-    let materials = asset.array("materials").to_vec();
+    // What each material reads, once (primitives share materials).
+    let material_reads: Vec<Reads> = asset
+        .array("materials")
+        .iter()
+        .map(|material| {
+            let mut reads = Reads::default();
+            collect(material, None, &mut reads);
+            reads
+        })
+        .collect();
     let reads_of = |indices: &[u64]| {
         let mut reads = Reads::default();
-        for &m in indices {
-            if let Some(material) = materials.get(m as usize) {
-                collect(material, None, &mut reads);
-            }
+        for r in indices
+            .iter()
+            .filter_map(|&m| material_reads.get(m as usize))
+        {
+            reads.texcoords.extend(&r.texcoords);
+            reads.tangents |= r.tangents;
         }
         reads
     };
