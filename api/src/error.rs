@@ -223,8 +223,14 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
     }
 }
 
+/// The status of a request the timeout layers cut off. Not `408`: Chromium takes a `408` on
+/// a reused connection for a connection the server closed while idle and sends the request
+/// again by itself, so a telemetry beacon that timed out would be counted twice. A `503` is
+/// the server's own failure: a client retries it when it decides to.
+pub const TIMEOUT_STATUS: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
+
 /// Middleware: an error response without a body (the router's `404` for no route and `405`
-/// for a method the route does not take, a timeout's `408`, a `416`) gets the JSON error
+/// for a method the route does not take, a timeout's `503`, a `416`) gets the JSON error
 /// shape (and its Content-Type); its other headers (`Allow`, `Content-Range`) stay.
 pub async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
@@ -241,7 +247,8 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
             "method_not_allowed",
             format!("{path} does not take {method}"),
         ),
-        StatusCode::REQUEST_TIMEOUT => ("timeout", format!("{method} {path} took too long")),
+        // Only the timeout layers answer a bodyless 503 (the handlers' 503s carry a body).
+        TIMEOUT_STATUS => ("timeout", format!("{method} {path} took too long")),
         StatusCode::RANGE_NOT_SATISFIABLE => (
             "range_not_satisfiable",
             "the range is outside the object".to_string(),

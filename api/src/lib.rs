@@ -51,7 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/games/{game}/builds", post(uploads::upload))
         .route("/v1/builds/{id}/events", get(builds::events))
         .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
+            error::TIMEOUT_STATUS,
             upload_timeout,
         ));
     let short = Router::new()
@@ -94,11 +94,11 @@ pub fn router(state: AppState) -> Router {
         .route("/cdn/{*rest}", get(cdn::to_content_origin))
         .route("/sdk/{*rest}", get(cdn::to_content_origin))
         .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
+            error::TIMEOUT_STATUS,
             request_timeout,
         ));
     long.merge(short)
-        // No route (404), a method the route does not take (405), a timeout (408): JSON too.
+        // No route (404), a method the route does not take (405), a timeout (503): JSON too.
         .layer(middleware::from_fn(error::json_errors))
         .layer(middleware::map_response(api_origin_headers))
         .layer(middleware::from_fn_with_state(
@@ -148,14 +148,14 @@ pub fn content_router(state: AppState) -> Router {
         )
         .fallback(cdn::content_not_found)
         .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
+            error::TIMEOUT_STATUS,
             request_timeout,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             cdn::content_security_policy,
         ))
-        // Bodyless errors (404, 405, 408) in the one JSON shape, as on the API origin.
+        // Bodyless errors (404, 405, a timeout's 503) in the one JSON shape, as on the API origin.
         .layer(middleware::from_fn(error::json_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),

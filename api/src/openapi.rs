@@ -99,10 +99,10 @@ impl Modify for Constraints {
                 .collect();
         }
         let classes = kiln_common::devices::CLASSES;
-        // Every route runs under a timeout layer (lib.rs): any of them can answer 408.
+        // Every route runs under a timeout layer (lib.rs): any of them can answer its 503.
         let timeout = ResponseBuilder::new()
             .description(
-                "Took longer than `KILN_REQUEST_TIMEOUT_SECS` (uploads and event streams: `KILN_UPLOAD_TIMEOUT_SECS`)",
+                "Took longer than `KILN_REQUEST_TIMEOUT_SECS` (uploads and event streams: `KILN_UPLOAD_TIMEOUT_SECS`); the error code is `timeout`",
             )
             .content(
                 "application/json",
@@ -129,7 +129,7 @@ impl Modify for Constraints {
             for op in operations(item) {
                 op.responses
                     .responses
-                    .entry("408".into())
+                    .entry("503".into())
                     .or_insert_with(|| timeout.clone().into());
                 if content {
                     op.responses

@@ -62,6 +62,12 @@ async fn sigterm_lets_the_worker_finish_its_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
+async fn a_published_build_shows_every_stage_done() {
+    scenarios::a_published_build_shows_every_stage_done(Distributed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL and an S3-compatible server (.ci/run starts them)"]
 async fn a_worker_that_loses_its_queue_finishes_its_job_and_goes_on() {
     scenarios::a_worker_that_loses_its_queue_finishes_its_job_and_goes_on(Distributed).await;
 }

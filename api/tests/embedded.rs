@@ -51,6 +51,11 @@ async fn sigterm_lets_the_worker_finish_its_job() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_published_build_shows_every_stage_done() {
+    scenarios::a_published_build_shows_every_stage_done(Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_that_loses_its_queue_finishes_its_job_and_goes_on() {
     scenarios::a_worker_that_loses_its_queue_finishes_its_job_and_goes_on(Embedded).await;
 }
@@ -159,4 +164,57 @@ async fn forged_preheat_beacons_do_not_move_library_roi() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn beacons_are_rate_limited_per_game() {
     scenarios::beacons_are_rate_limited_per_game(Embedded).await;
+}
+
+/// A request cut off by a timeout layer is answered 503 with the JSON error code `timeout`,
+/// never 408: Chromium takes a 408 on a reused connection for an idle connection the server
+/// closed and sends the request again by itself, so a telemetry beacon that timed out was
+/// counted twice. Here a beacon's body stalls past a 1 s request timeout, on both origins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_request_is_a_503_that_browsers_do_not_resend() {
+    let kiln = common::Kiln::start_with(Embedded, |c| c.upload.request_timeout_secs = 1).await;
+    let mut checked = 0;
+    for origin in [&kiln.url, &kiln.content] {
+        let (status, body) = stalled_post(origin, "/v1/telemetry").await;
+        assert_eq!(status, 503, "{origin}: {body}");
+        assert_eq!(body["error"]["code"], "timeout", "{origin}: {body}");
+        checked += 1;
+    }
+    assert_eq!(checked, 2);
+    kiln.stop().await;
+}
+
+/// Sends a request whose body never arrives in full; returns the answer's status and JSON.
+async fn stalled_post(base: &str, path: &str) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let url = reqwest::Url::parse(base).unwrap();
+    let host = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let mut stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\nConnection: close\r\n\r\n{{\"events\": ["
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The server answers and closes; a generous deadline only so a hang fails clearly.
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("no answer within 60 s")
+    .unwrap();
+    let text = String::from_utf8_lossy(&answer).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text}"));
+    let body = &text[text.find("\r\n\r\n").map_or(0, |i| i + 4)..];
+    let json = body
+        .find('{')
+        .zip(body.rfind('}'))
+        .and_then(|(a, b)| serde_json::from_str(&body[a..=b]).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (status, json)
 }

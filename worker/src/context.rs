@@ -21,8 +21,9 @@ pub struct JobContext {
     pub options: PipelineOptions,
     pub work_root: PathBuf,
     /// Pause before each stage (`KILN_WORKER_STAGE_PAUSE_MS`): lets crash-recovery tests and
-    /// demos catch a build mid-pipeline. The job layer's observer sleeps; the pipeline knows
-    /// nothing of it.
+    /// demos catch a build mid-pipeline. The job layer's observer sleeps, and its stage writer
+    /// waits as long before recording a stage's end (a busy database's lag); the pipeline
+    /// knows nothing of it.
     pub stage_pause: Duration,
     /// Attempts for transient failures before the build is failed.
     pub transient_retries: u32,

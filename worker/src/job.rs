@@ -381,6 +381,7 @@ async fn build_in(
         context.db.clone(),
         build.id.clone(),
         receiver,
+        context.stage_pause,
     ));
     let signer = context.signer.clone();
     let options = context.options.clone();
@@ -485,6 +486,10 @@ async fn publish_build(
     if db.publish_release(&build.id).await?.is_none() {
         crate::release::release(context, &signed.manifest, crate::release::Reason::Publish).await?;
     }
+    // Every stage's end is in its row before the build reads as published: the writer task
+    // may lag behind the pipeline (a busy database), and a reader must never see a published
+    // build with a stage still running.
+    observer.flush().await;
     db.record_publication(
         &ManifestRow {
             build_id: build.id.clone(),
@@ -556,6 +561,8 @@ enum StageEvent {
     Progress(&'static str, f64),
     Succeeded(&'static str),
     Failed(&'static str, String),
+    /// Answered once every event sent before it is written.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 struct ChannelObserver {
@@ -570,6 +577,14 @@ impl ChannelObserver {
             events,
             last_progress: 0.0,
             pause,
+        }
+    }
+
+    /// Waits until every event sent so far is in the database.
+    async fn flush(&self) {
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.events.send(StageEvent::Flush(done)).is_ok() {
+            let _ = written.await;
         }
     }
 }
@@ -610,13 +625,29 @@ async fn write_stage_events(
     db: Db,
     build_id: String,
     mut events: mpsc::UnboundedReceiver<StageEvent>,
+    pause: Duration,
 ) {
     while let Some(event) = events.recv().await {
+        let event = match event {
+            StageEvent::Flush(done) => {
+                let _ = done.send(());
+                continue;
+            }
+            other => other,
+        };
         let (stage, update) = match &event {
             StageEvent::Started(s) => (*s, StageUpdate::Started),
             StageEvent::Progress(s, p) => (*s, StageUpdate::Progress(*p)),
-            StageEvent::Succeeded(s) => (*s, StageUpdate::Succeeded),
+            StageEvent::Succeeded(s) => {
+                // The test pause also delays recording a stage's end, as a busy database
+                // would: the writer then lags behind the pipeline (see `flush`).
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+                (*s, StageUpdate::Succeeded)
+            }
             StageEvent::Failed(s, e) => (*s, StageUpdate::Failed(e)),
+            StageEvent::Flush(_) => continue,
         };
         if let Err(e) = db.update_stage(&build_id, stage, update).await {
             tracing::warn!(%build_id, stage, error = %e, "could not record stage progress");

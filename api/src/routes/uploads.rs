@@ -91,8 +91,7 @@ fn format_from_content_type(headers: &HeaderMap) -> ApiResult<PackageFormat> {
         (status = 403, description = "The game belongs to another team", body = crate::error::ErrorBody),
         (status = 413, description = "Package over the size limit", body = crate::error::ErrorBody),
         (status = 415, description = "Content-Type is not a package", body = crate::error::ErrorBody),
-        (status = 408, description = "The upload took longer than `KILN_UPLOAD_TIMEOUT_SECS`", body = crate::error::ErrorBody),
-        (status = 503, description = "Too many uploads at once, or the database or storage down", body = crate::error::ErrorBody),
+        (status = 503, description = "Too many uploads at once, the database or storage down, or the upload took longer than `KILN_UPLOAD_TIMEOUT_SECS` (code `timeout`)", body = crate::error::ErrorBody),
     ),
     security(("team_token" = []))
 )]

@@ -1190,6 +1190,42 @@ pub async fn sigterm_lets_the_worker_finish_its_job(deployment: Deployment) {
     kiln.stop().await;
 }
 
+/// A build reads as published only once every stage reads as succeeded, also when recording
+/// the stages lags behind the pipeline: the stage pause delays the record of each stage's end
+/// as a busy database would (a loaded CI machine once showed `sign` running on a published
+/// build).
+pub async fn a_published_build_shows_every_stage_done(deployment: Deployment) {
+    let kiln = Kiln::start_with(deployment, |c| c.worker.stage_pause_ms = 300).await;
+    let (_, token) = kiln.team("stages").await;
+    let (code, accepted) = kiln
+        .upload(
+            &token,
+            "stages-game",
+            "1",
+            "application/zip",
+            zip_with(&[("index.html", b"<html>stages</html>")]),
+        )
+        .await;
+    assert_eq!(code, 202, "{accepted}");
+    let id = accepted["build_id"].as_str().unwrap().to_string();
+    let status = kiln.wait_for_build(&token, &id).await;
+    assert_eq!(status["status"], "published", "{status}");
+    let stages = status["stages"].as_array().unwrap();
+    assert_eq!(
+        stages
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        kiln_jobs::STAGES,
+        "{status}"
+    );
+    for stage in stages {
+        assert_eq!(stage["status"], "succeeded", "{status}");
+        assert!(stage["finished_at"].is_string(), "{status}");
+    }
+    kiln.stop().await;
+}
+
 /// A queue consumer whose connection to the queue fails under it (here its worker row is moved
 /// to another queue, so its next heartbeat finds no row and fails, as when a loaded database
 /// lets the row go stale) ends
