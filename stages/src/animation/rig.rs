@@ -283,75 +283,98 @@ fn read_mesh(asset: &Asset, index: usize, mesh: &Value) -> Result<Mesh, GltfErro
     Ok(out)
 }
 
+/// The default scene's nodes (or every root's when the file has no scene) with their parents
+/// linked, and the scene's nodes in an order that puts every parent before its children.
+fn scene_nodes(asset: &Asset) -> Result<(Vec<Node>, Vec<usize>), GltfError> {
+    let mut nodes = Vec::new();
+    for (n, node) in asset.array("nodes").iter().enumerate() {
+        nodes.push(read_node(node, &format!("nodes[{n}]"))?);
+    }
+    let count = nodes.len();
+    for (n, node) in asset.array("nodes").iter().enumerate() {
+        for child in node
+            .get("children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let c = child
+                .as_u64()
+                .map(|c| c as usize)
+                .filter(|&c| c < count && c != n);
+            let Some(c) = c else {
+                return Err(invalid(
+                    format!("nodes[{n}]"),
+                    format!("child {child} does not exist"),
+                ));
+            };
+            if nodes[c].parent.is_some() {
+                return Err(invalid(format!("nodes[{c}]"), "has more than one parent"));
+            }
+            nodes[c].parent = Some(n);
+        }
+    }
+    let roots: Vec<usize> = {
+        let scene = asset.json.get("scene").and_then(Value::as_u64).unwrap_or(0) as usize;
+        match asset.array("scenes").get(scene) {
+            Some(s) => s
+                .get("nodes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_u64)
+                .map(|n| n as usize)
+                .filter(|&n| n < count)
+                .collect(),
+            None => (0..count).filter(|&n| nodes[n].parent.is_none()).collect(),
+        }
+    };
+    // Parents before children; a cycle never reaches a root, so it is never visited.
+    let mut order = Vec::new();
+    let mut seen = vec![false; count];
+    let mut stack: Vec<usize> = roots.into_iter().rev().collect();
+    while let Some(n) = stack.pop() {
+        if std::mem::replace(&mut seen[n], true) {
+            return Err(invalid(
+                format!("nodes[{n}]"),
+                "appears twice in the scene hierarchy",
+            ));
+        }
+        order.push(n);
+        for child in asset.array("nodes")[n]
+            .get("children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .rev()
+        {
+            stack.push(child.as_u64().unwrap_or(0) as usize);
+        }
+    }
+    Ok((nodes, order))
+}
+
+/// Every node's world matrix at rest (`None` for nodes outside the scene), without reading
+/// any mesh.
+pub fn rest_world(asset: &Asset) -> Result<Vec<Option<DMat4>>, GltfError> {
+    let (nodes, order) = scene_nodes(asset)?;
+    let mut world = vec![None; nodes.len()];
+    for n in order {
+        let local = nodes[n].matrix.unwrap_or_else(|| nodes[n].rest.matrix());
+        world[n] = Some(match nodes[n].parent.and_then(|p| world[p]) {
+            Some(parent) => parent * local,
+            None => local,
+        });
+    }
+    Ok(world)
+}
+
 impl Rig {
     /// Reads the default scene (or every root node when the file has no scene).
     /// `shell` is the virtual-vertex shell radius relative to the rest bounding-box diagonal.
     pub fn read(asset: &Asset, shell: f64) -> Result<Self, GltfError> {
-        let mut nodes = Vec::new();
-        for (n, node) in asset.array("nodes").iter().enumerate() {
-            nodes.push(read_node(node, &format!("nodes[{n}]"))?);
-        }
+        let (mut nodes, order) = scene_nodes(asset)?;
         let count = nodes.len();
-        for (n, node) in asset.array("nodes").iter().enumerate() {
-            for child in node
-                .get("children")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let c = child
-                    .as_u64()
-                    .map(|c| c as usize)
-                    .filter(|&c| c < count && c != n);
-                let Some(c) = c else {
-                    return Err(invalid(
-                        format!("nodes[{n}]"),
-                        format!("child {child} does not exist"),
-                    ));
-                };
-                if nodes[c].parent.is_some() {
-                    return Err(invalid(format!("nodes[{c}]"), "has more than one parent"));
-                }
-                nodes[c].parent = Some(n);
-            }
-        }
-        let roots: Vec<usize> = {
-            let scene = asset.json.get("scene").and_then(Value::as_u64).unwrap_or(0) as usize;
-            match asset.array("scenes").get(scene) {
-                Some(s) => s
-                    .get("nodes")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_u64)
-                    .map(|n| n as usize)
-                    .filter(|&n| n < count)
-                    .collect(),
-                None => (0..count).filter(|&n| nodes[n].parent.is_none()).collect(),
-            }
-        };
-        // Parents before children; a cycle never reaches a root, so it is never visited.
-        let mut order = Vec::new();
-        let mut seen = vec![false; count];
-        let mut stack: Vec<usize> = roots.into_iter().rev().collect();
-        while let Some(n) = stack.pop() {
-            if std::mem::replace(&mut seen[n], true) {
-                return Err(invalid(
-                    format!("nodes[{n}]"),
-                    "appears twice in the scene hierarchy",
-                ));
-            }
-            order.push(n);
-            for child in asset.array("nodes")[n]
-                .get("children")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .rev()
-            {
-                stack.push(child.as_u64().unwrap_or(0) as usize);
-            }
-        }
         let mut meshes = Vec::new();
         for (m, mesh) in asset.array("meshes").iter().enumerate() {
             meshes.push(read_mesh(asset, m, mesh)?);

@@ -102,20 +102,32 @@ fn small_weights_on_far_bones_get_16_bit_weights() {
     assert_eq!(budget.weight_bits, 16, "{budget:?}");
 }
 
-/// A large static ground (400 units) beside the small animated tube: one position grid
-/// over both spends 14 bits on the ground's extent.
+/// A large ground (420 units) skinned to the small animated tube's root: skinned meshes
+/// share one position grid, so 14 bits over the ground's extent are the tube's step too
+/// (here 0.83 of the tolerance; how much of a step the rounding takes depends on where the
+/// grid falls, 0.47–0.89 for grounds of 400–670 units).
 fn small_moving_part_in_a_large_scene() -> Asset {
     let mut tube = skinned_tube(12, 9);
-    let ground: Vec<f32> = vec![-200.0, 0.0, -200.0, 200.0, 0.0, -200.0, 0.0, 0.0, 200.0];
+    let ground: Vec<f32> = vec![-210.0, 0.0, -210.0, 210.0, 0.0, -210.0, 0.0, 0.0, 210.0];
     let accessor = accessors::push_floats(&mut tube, &ground, 3, None, true);
+    // Skinned to the tube's root: skinned meshes share one grid over their own extent.
+    let joints = accessors::push_view(&mut tube, vec![0u8; 12], None, None);
+    let joints = accessors::push_accessor(
+        &mut tube,
+        json!({"bufferView": joints, "componentType": 5121, "count": 3, "type": "VEC4"}),
+    );
+    let weights =
+        accessors::push_floats(&mut tube, &[1.0, 0.0, 0.0, 0.0].repeat(3), 4, None, false);
     tube.json["meshes"]
         .as_array_mut()
         .unwrap()
-        .push(json!({"name": "ground", "primitives": [{"attributes": {"POSITION": accessor}}]}));
+        .push(json!({"name": "ground", "primitives": [
+            {"attributes": {"POSITION": accessor, "JOINTS_0": joints, "WEIGHTS_0": weights}}
+        ]}));
     tube.json["nodes"]
         .as_array_mut()
         .unwrap()
-        .push(json!({"name": "ground", "mesh": 1}));
+        .push(json!({"name": "ground", "mesh": 1, "skin": 0}));
     tube.json["scenes"][0]["nodes"]
         .as_array_mut()
         .unwrap()

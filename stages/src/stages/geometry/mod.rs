@@ -6,7 +6,10 @@
 //!
 //! Per triangle primitive, as seed 000 describes: generate indices, merge identical vertices,
 //! reorder for the vertex cache, then for vertex fetch; then quantize each attribute to the
-//! configured bits. Positions share one quantization grid per file (seams stay closed); the
+//! configured bits. Positions are quantized on grids with one step length in the world at
+//! rest (the scene's extent over the position bits): meshes their nodes place in the same
+//! frame share a grid (seams stay closed), skinned meshes share one, and a mesh its node
+//! scales or places far from its own coordinates gets its own; the
 //! dequantization (offset + uniform scale) goes into a child node carrying the mesh, or into
 //! the inverse bind matrices for skinned meshes, so bounds stay exact and the model renders
 //! in the same place and size. Morph target deltas use the same grid, coarsened to their own
@@ -155,9 +158,10 @@ pub struct ModelReport {
     pub triangles_after: u64,
     pub vertices_before: u64,
     pub vertices_after: u64,
-    /// Largest distance between a source vertex and its quantized position, in model units.
+    /// Largest distance between a source vertex and its quantized position, in the scene's
+    /// units at rest (a mesh's own units times the scale its nodes place it at).
     pub max_position_error: f64,
-    /// The same, relative to the model's bounding-box diagonal.
+    /// The same, relative to the scene's bounding-box diagonal at rest.
     pub max_position_error_relative: f64,
     /// Largest angle between a source normal and its quantized one, per variant.
     pub max_normal_error_degrees_quantized: f64,
@@ -382,7 +386,7 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
         _ => source,
     };
     let mut asset = source.clone();
-    let grid = position_grid(source, options.position_bits)?;
+    let grids = position_grids(source, options.position_bits)?;
     // Integer UVs with the scale in KHR_texture_transform, per material; variants of a
     // material (KHR_materials_variants) would need one grid for several: normalised UVs there.
     let uv_grids = if source.uses_extension("KHR_materials_variants") {
@@ -390,7 +394,8 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
     } else {
         uv_grids(source)?
     };
-    let mut sq_error = 0f64;
+    // The largest position error in world units at rest (each mesh's error times its scale).
+    let mut world_error = 0f64;
     let mut normal_error = (0f64, 0f64);
     let mut vertex_map: VertexMap = Vec::new();
 
@@ -409,7 +414,7 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
                 &mut asset,
                 primitive,
                 Grids {
-                    position: &grid,
+                    position: &grids.of_mesh[m],
                     uv,
                 },
                 options,
@@ -422,18 +427,19 @@ fn build_variants(source: &Asset, options: &GeometryOptions) -> Result<Optimized
             report.vertices_after += out.vertices_after;
             report.sparse_targets += out.sparse_targets;
             report.dropped_zero_targets += out.dropped_targets;
-            sq_error = sq_error.max(out.max_position_error);
+            world_error = world_error.max(out.max_position_error * grids.mesh_scale[m]);
             normal_error.0 = normal_error.0.max(out.normal_error.0);
             normal_error.1 = normal_error.1.max(out.normal_error.1);
             asset.json["meshes"][m]["primitives"][p] = out.primitive;
             vertex_map[m].push(out.output_of);
         }
     }
-    if let Some(grid) = &grid {
-        place_dequantization(&mut asset, grid)?;
-        report.max_position_error = sq_error;
-        report.max_position_error_relative = if grid.diagonal > 0.0 {
-            sq_error / grid.diagonal
+    if grids.of_mesh.iter().any(Option::is_some) {
+        place_dequantization(&mut asset, &grids.of_mesh)?;
+        report.max_position_error = world_error;
+        let diagonal = grids.world_diagonal;
+        report.max_position_error_relative = if diagonal > 0.0 {
+            world_error / diagonal
         } else {
             0.0
         };
@@ -699,16 +705,19 @@ mod tests {
         }
     }
 
+    /// A 2 × 1 quad's positions: two triangles, non-indexed, with a duplicate vertex.
+    const QUAD: [[f32; 3]; 6] = [
+        [0., 0., 0.],
+        [2., 0., 0.],
+        [2., 1., 0.],
+        [0., 0., 0.],
+        [2., 1., 0.],
+        [0., 1., 0.],
+    ];
+
     /// A unit quad (two triangles, non-indexed, with a duplicate vertex) with normals and UVs.
     fn quad() -> Vec<u8> {
-        let positions: [[f32; 3]; 6] = [
-            [0., 0., 0.],
-            [2., 0., 0.],
-            [2., 1., 0.],
-            [0., 0., 0.],
-            [2., 1., 0.],
-            [0., 1., 0.],
-        ];
+        let positions = QUAD;
         let normals = [[0f32, 0., 1.]; 6];
         let uvs: [[f32; 2]; 6] = [[0., 0.], [1., 0.], [1., 1.], [0., 0.], [1., 1.], [0., 1.]];
         let mut bin = Vec::new();
@@ -778,6 +787,76 @@ mod tests {
             .as_u64()
             .unwrap() as usize;
         assert_eq!(accessors::read_f32(&m, pi).unwrap().1, pos);
+    }
+
+    /// Three quads side by side in the world: one as stored, one modelled 1000× too small
+    /// and scaled up by its node, one modelled 50 units from its origin and moved back by its
+    /// node. Every vertex of both variants lands within one step of the scene's 14-bit grid
+    /// of where its source vertex is (one grid over the meshes' own coordinates gave the
+    /// second a step a thousand times too long in the world).
+    #[test]
+    fn every_mesh_is_as_precise_in_the_world_whatever_its_node_scale_or_frame() {
+        // Each mesh: its quad's stored coordinates, and the node placing it.
+        type Placed = (fn([f32; 3]) -> [f32; 3], Value);
+        let placed: [Placed; 3] = [
+            (|p| p, json!({"mesh": 0, "translation": [5, 0, 0]})),
+            (
+                |p| [1.0 + p[0] * 1e-3, p[1] * 1e-3, p[2] * 1e-3],
+                json!({"mesh": 1, "translation": [-992, 0, 0], "scale": [1000, 1000, 1000]}),
+            ),
+            (
+                |p| [p[0] + 50.0, p[1], p[2]],
+                json!({"mesh": 2, "translation": [-39, 0, 0]}),
+            ),
+        ];
+        let mut bin = Vec::new();
+        let (mut nodes, mut meshes, mut views, mut accessors) = (vec![], vec![], vec![], vec![]);
+        for (m, (local, node)) in placed.iter().enumerate() {
+            views.push(json!({"buffer": 0, "byteOffset": bin.len(), "byteLength": 72}));
+            for p in QUAD {
+                for c in local(p) {
+                    bin.extend_from_slice(&c.to_le_bytes());
+                }
+            }
+            accessors
+                .push(json!({"bufferView": m, "componentType": FLOAT, "count": 6, "type": "VEC3"}));
+            meshes.push(json!({"primitives": [{"attributes": {"POSITION": m}}]}));
+            nodes.push(node.clone());
+        }
+        let source = crate::gltf::write_glb(
+            json!({
+                "asset": {"version": "2.0"},
+                "scene": 0, "scenes": [{"nodes": [0, 1, 2]}],
+                "nodes": nodes, "meshes": meshes, "accessors": accessors, "bufferViews": views,
+                "buffers": [{"byteLength": bin.len()}],
+            }),
+            Some(&bin),
+        );
+        let world = |bytes: &[u8]| {
+            let rig = Rig::read(&Asset::read(bytes, &NoResources).unwrap(), 0.0).unwrap();
+            let mut points = Vec::new();
+            rig.points(&rig.rest_pose(), &mut points);
+            points
+        };
+        let expected = world(&source);
+        // The scene spans x 5..13, y 0..1: a 14-bit step of its longest side.
+        let step = 8.0 / 16383.0;
+        let out = optimize_model(&source, &NoResources, &GeometryOptions::default()).unwrap();
+        assert!(out.report.max_position_error_relative < 1.0 / 16383.0);
+        let mut checked = 0;
+        for variant in [&out.quantized, &out.meshopt] {
+            let got = world(variant);
+            assert_eq!(got.len(), 12, "4 welded vertices a quad");
+            for p in &expected {
+                let nearest = got.iter().map(|q| q.distance(*p)).fold(f64::MAX, f64::min);
+                assert!(
+                    nearest < step,
+                    "{p}: {nearest} from the nearest output vertex"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 36);
     }
 
     /// UVs outside [0, 1] on a primitive without a material (no texture transform to hold a

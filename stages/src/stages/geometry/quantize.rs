@@ -1,21 +1,51 @@
-//! Quantization grids and integer packing: one position grid per file, a UV grid per
+//! Quantization grids and integer packing: position grids per frame of meshes, a UV grid per
 //! material (its scale moved into `KHR_texture_transform`), and the unorm/snorm arithmetic
 //! every attribute uses.
 
 use super::*;
+use glam::{DMat4, DVec3};
 
-/// One quantization grid for all positions of a file: `real = offset + scale × q`.
+/// One quantization grid for positions: `real = offset + scale × q`.
 #[derive(Debug, Clone)]
 pub(super) struct Grid {
     pub(super) offset: [f32; 3],
     pub(super) scale: f32,
-    pub(super) diagonal: f64,
 }
 
-pub(super) fn position_grid(asset: &Asset, bits: u32) -> Result<Option<Grid>, GltfError> {
-    let mut min = [f32::INFINITY; 3];
-    let mut max = [f32::NEG_INFINITY; 3];
-    for (m, mesh) in asset.array("meshes").iter().enumerate() {
+/// A file's position grids. Meshes that scene nodes place in the same frame (the same
+/// world transform at rest) share a grid, so seams between them stay closed; skinned meshes
+/// share one (their vertices are in the skeleton's space) with its own extent over `bits`.
+/// Every other grid's step is the same length in the world at rest: the one `bits` give the
+/// whole scene's bounding box, so a part its node scales up 100× or places far from its own
+/// origin is as precise in the world as the rest (or its own extent over `bits` where that
+/// is coarser, so it fits).
+#[derive(Debug, Clone, Default)]
+pub(super) struct PositionGrids {
+    /// Per mesh, its grid (`None`: the mesh has no positions).
+    pub(super) of_mesh: Vec<Option<Grid>>,
+    /// Per mesh, the largest factor its nodes scale it by at rest (1 for skinned meshes and
+    /// meshes no scene node places).
+    pub(super) mesh_scale: Vec<f64>,
+    /// The scene's bounding-box diagonal at rest: the reference for relative errors.
+    pub(super) world_diagonal: f64,
+}
+
+/// Where a mesh's vertices are: the frame its grid is shared in.
+#[derive(Debug, Clone, PartialEq)]
+enum Frame {
+    /// Placed by scene nodes that all have this world matrix at rest.
+    Placed([f64; 16]),
+    /// Placed by scene nodes with different world matrices: a grid of its own.
+    Instanced(usize),
+    /// Drawn by a skinned node, or by no scene node: as stored.
+    AsStored,
+}
+
+pub(super) fn position_grids(asset: &Asset, bits: u32) -> Result<PositionGrids, GltfError> {
+    let meshes = asset.array("meshes");
+    let mut bounds: Vec<Option<([f32; 3], [f32; 3])>> = vec![None; meshes.len()];
+    let mut positions: Vec<Vec<f32>> = vec![Vec::new(); meshes.len()];
+    for (m, mesh) in meshes.iter().enumerate() {
         for (p, primitive) in mesh["primitives"]
             .as_array()
             .into_iter()
@@ -42,28 +72,155 @@ pub(super) fn position_grid(asset: &Asset, bits: u32) -> Result<Option<Grid>, Gl
                         "holds NaN or infinite values",
                     ));
                 }
+                let (min, max) =
+                    bounds[m].get_or_insert(([f32::INFINITY; 3], [f32::NEG_INFINITY; 3]));
                 for a in 0..3 {
                     min[a] = min[a].min(v[a]);
                     max[a] = max[a].max(v[a]);
                 }
             }
+            positions[m].extend_from_slice(&values);
         }
     }
-    if min[0] > max[0] {
-        return Ok(None);
+    let placements = mesh_placements(asset)?;
+    let mut mesh_scale = vec![1.0; meshes.len()];
+    let mut frames = Vec::with_capacity(meshes.len());
+    for (m, placed) in placements.iter().enumerate() {
+        let identity = [DMat4::IDENTITY];
+        let matrices: &[DMat4] = match placed {
+            Some(matrices) if !matrices.is_empty() => matrices,
+            _ => &identity,
+        };
+        frames.push(match placed {
+            Some(matrices) if !matrices.is_empty() => {
+                let first = matrices[0].to_cols_array();
+                if matrices.iter().all(|w| w.to_cols_array() == first) {
+                    Frame::Placed(first)
+                } else {
+                    Frame::Instanced(m)
+                }
+            }
+            _ => Frame::AsStored,
+        });
+        let scale = matrices
+            .iter()
+            .map(|w| {
+                [w.x_axis, w.y_axis, w.z_axis]
+                    .iter()
+                    .map(|a| a.truncate().length())
+                    .fold(0.0, f64::max)
+            })
+            .fold(0.0, f64::max);
+        if scale.is_finite() && scale > 0.0 {
+            mesh_scale[m] = scale;
+        }
     }
-    let extent = (0..3).map(|a| max[a] - min[a]).fold(0f32, f32::max);
+    // The scene's box over the meshes nodes place; skinned meshes count only when there is
+    // nothing else (their stored coordinates may be in other units than the world).
+    let mut world_min = [f64::INFINITY; 3];
+    let mut world_max = [f64::NEG_INFINITY; 3];
+    for skinned in [false, true] {
+        for m in (0..meshes.len()).filter(|&m| (frames[m] == Frame::AsStored) == skinned) {
+            let identity = [DMat4::IDENTITY];
+            let matrices = match &placements[m] {
+                Some(matrices) if !matrices.is_empty() => matrices.as_slice(),
+                _ => &identity,
+            };
+            for w in matrices {
+                for v in positions[m].chunks_exact(3) {
+                    let p = w.transform_point3(DVec3::new(v[0] as f64, v[1] as f64, v[2] as f64));
+                    for (a, c) in p.to_array().into_iter().enumerate() {
+                        if c.is_finite() {
+                            world_min[a] = world_min[a].min(c);
+                            world_max[a] = world_max[a].max(c);
+                        }
+                    }
+                }
+            }
+        }
+        if world_min[0] <= world_max[0] {
+            break;
+        }
+    }
     let levels = ((1u32 << bits) - 1) as f32;
-    let scale = if extent > 0.0 { extent / levels } else { 1.0 };
-    let diagonal = (0..3)
-        .map(|a| ((max[a] - min[a]) as f64).powi(2))
+    let world_extent = (0..3)
+        .map(|a| world_max[a] - world_min[a])
+        .filter(|e| e.is_finite())
+        .fold(0.0, f64::max);
+    let world_step = world_extent / levels as f64;
+    let world_diagonal = (0..3)
+        .map(|a| world_max[a] - world_min[a])
+        .filter(|e| e.is_finite())
+        .map(|e| e * e)
         .sum::<f64>()
         .sqrt();
-    Ok(Some(Grid {
-        offset: min,
-        scale,
-        diagonal,
-    }))
+    // Meshes in one frame, in the order their first mesh comes.
+    let mut groups: Vec<(Frame, Vec<usize>)> = Vec::new();
+    for m in (0..meshes.len()).filter(|&m| bounds[m].is_some()) {
+        match groups.iter_mut().find(|(f, _)| *f == frames[m]) {
+            Some((_, members)) => members.push(m),
+            None => groups.push((frames[m].clone(), vec![m])),
+        }
+    }
+    let mut of_mesh = vec![None; meshes.len()];
+    for (frame, members) in &groups {
+        let mut min = [f32::INFINITY; 3];
+        let mut max = [f32::NEG_INFINITY; 3];
+        for &m in members {
+            let (lo, hi) = bounds[m].expect("groups hold meshes with positions");
+            for a in 0..3 {
+                min[a] = min[a].min(lo[a]);
+                max[a] = max[a].max(hi[a]);
+            }
+        }
+        let scale = members.iter().map(|&m| mesh_scale[m]).fold(0.0, f64::max);
+        let own = (0..3).map(|a| max[a] - min[a]).fold(0f32, f32::max) / levels;
+        let world = (world_step / scale) as f32;
+        // The world step where it fits the group's extent in `bits`, else the group's own.
+        // Skinned meshes keep their own: the skeleton, not a node, scales them into the world
+        // (often by 100, from a centimetre rig), and the error budget measures them posed.
+        let step = if *frame != Frame::AsStored && world.is_finite() {
+            own.max(world)
+        } else {
+            own
+        };
+        let grid = Grid {
+            offset: min,
+            scale: if step > 0.0 { step } else { 1.0 },
+        };
+        for &m in members {
+            of_mesh[m] = Some(grid.clone());
+        }
+    }
+    Ok(PositionGrids {
+        of_mesh,
+        mesh_scale,
+        world_diagonal,
+    })
+}
+
+/// Per mesh, the world matrices at rest of the scene nodes that place it; `None` for a mesh
+/// a skinned node draws (its vertices are in the skeleton's space).
+fn mesh_placements(asset: &Asset) -> Result<Vec<Option<Vec<DMat4>>>, GltfError> {
+    let world = crate::animation::rig::rest_world(asset)?;
+    let count = asset.array("meshes").len();
+    let mut placed: Vec<Option<Vec<DMat4>>> = vec![Some(Vec::new()); count];
+    for (node, world) in asset.array("nodes").iter().zip(&world) {
+        let Some(m) = node
+            .get("mesh")
+            .and_then(Value::as_u64)
+            .map(|m| m as usize)
+            .filter(|&m| m < count)
+        else {
+            continue;
+        };
+        if node.get("skin").is_some() {
+            placed[m] = None;
+        } else if let (Some(list), Some(world)) = (&mut placed[m], world) {
+            list.push(*world);
+        }
+    }
+    Ok(placed)
 }
 
 /// A material's texture coordinate range: `uv = offset + extent × q / (2^bits − 1)`.

@@ -3,15 +3,20 @@
 
 use super::*;
 
-/// Puts `real = offset + scale × q` where glTF applies it: the inverse bind matrices of
-/// skinned meshes, and a child node carrying the mesh for everything else.
-pub(super) fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(), GltfError> {
-    let s = grid.scale;
-    let o = grid.offset;
+/// Puts `real = offset + scale × q` of each mesh's grid (`grids`, per mesh) where glTF
+/// applies it: the inverse bind matrices of skinned meshes (every skinned mesh is on one
+/// grid), and a child node carrying the mesh for everything else.
+pub(super) fn place_dequantization(
+    asset: &mut Asset,
+    grids: &[Option<Grid>],
+) -> Result<(), GltfError> {
     // Column-major D = translate(o) · scale(s).
-    let d: [f32; 16] = [
-        s, 0., 0., 0., 0., s, 0., 0., 0., 0., s, 0., o[0], o[1], o[2], 1.,
-    ];
+    let dequantization = |grid: &Grid| -> [f32; 16] {
+        let (s, o) = (grid.scale, grid.offset);
+        [
+            s, 0., 0., 0., 0., s, 0., 0., 0., 0., s, 0., o[0], o[1], o[2], 1.,
+        ]
+    };
     let node_count = asset.array("nodes").len();
     // Nodes whose translation/rotation/scale an animation drives can't absorb D themselves.
     let animated: BTreeSet<u64> = asset
@@ -28,6 +33,14 @@ pub(super) fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(),
         let Some(mesh) = node.get("mesh").cloned() else {
             continue;
         };
+        let Some(grid) = mesh
+            .as_u64()
+            .and_then(|m| grids.get(m as usize))
+            .and_then(Option::as_ref)
+        else {
+            continue;
+        };
+        let d = dequantization(grid);
         if let Some(skin) = node.get("skin").and_then(Value::as_u64) {
             let skin = skin as usize;
             if skins_done.insert(skin) {
@@ -48,6 +61,7 @@ pub(super) fn place_dequantization(asset: &mut Asset, grid: &Grid) -> Result<(),
         }
         // Otherwise a child node holds the mesh with the dequantization transform, so the
         // node's own transform, animations and children are untouched.
+        let (s, o) = (grid.scale, grid.offset);
         let mut child =
             json!({"mesh": mesh, "translation": floats(&o), "scale": floats(&[s, s, s])});
         if let Some(weights) = node.get("weights") {
