@@ -270,7 +270,7 @@ pub fn run(args: &[String]) {
         }
         if let Some(pack) = &pack {
             for (tool, flags) in GLTFPACK {
-                let out = out_dir.join("gltfpack.glb");
+                let out = out_dir.join(format!("gltfpack-{}.glb", std::process::id()));
                 let _ = std::fs::remove_file(&out);
                 let mut a: Vec<&str> =
                     vec!["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()];
@@ -279,7 +279,7 @@ pub fn run(args: &[String]) {
             }
         }
         if transform.exists() {
-            let out = out_dir.join("transform.glb");
+            let out = out_dir.join(format!("transform-{}.glb", std::process::id()));
             let _ = std::fs::remove_file(&out);
             let a = [
                 transform.to_str().unwrap(),

@@ -142,6 +142,13 @@ pub fn run(args: &[String]) {
     );
     let mut list = Vec::new();
     models(Path::new(&args[2]), &mut list);
+    if list.is_empty() {
+        eprintln!(
+            "kiln-bench geometry: no .glb or .gltf model under {}",
+            args[2]
+        );
+        std::process::exit(1);
+    }
     let out_dir = std::env::temp_dir().join("kiln-bench");
     std::fs::create_dir_all(&out_dir).unwrap();
     let pack = gltfpack();
@@ -209,7 +216,9 @@ pub fn run(args: &[String]) {
             );
             continue;
         };
-        let out = out_dir.join("gltfpack.glb");
+        // Per process: two benchmarks at once (CI beside a developer's run) must not read
+        // each other's half-written file.
+        let out = out_dir.join(format!("gltfpack-{}.glb", std::process::id()));
         let start = Instant::now();
         let status = std::process::Command::new(pack)
             .args(["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()])
