@@ -113,6 +113,9 @@ fn non_image_bytes(bytes: &[u8], asset: Option<&Asset>) -> usize {
 pub fn run(args: &[String]) {
     let khr = args.iter().any(|a| a == "--khr");
     let drop_unused = args.iter().any(|a| a == "--drop-unused");
+    // gltfpack keeps the scene's nodes (-kn) as Kiln does, instead of merging meshes into
+    // fewer nodes: the fair anchor for scenes whose nodes games move by name.
+    let keep_nodes = args.iter().any(|a| a == "--keep-nodes");
     // Equal bits: gltfpack -vn 10 stores tangents as 8-bit octahedral, so tangents get 8
     // bits here (Kiln's own default for tangents is 12).
     let defaults = GeometryOptions::default();
@@ -224,6 +227,7 @@ pub fn run(args: &[String]) {
             .args(["-i", path.to_str().unwrap(), "-o", out.to_str().unwrap()])
             .args(["-vp", &vp, "-vt", &vt, "-vn", &vn, "-vc", &vc])
             .arg(if khr { "-cz" } else { "-cc" })
+            .args(keep_nodes.then_some("-kn"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status();

@@ -1,6 +1,7 @@
 //! `kiln-bench`: Kiln's stages beside the anchor tools, in one run, as ratios.
 //!
-//! - `kiln-bench geometry DIR [--khr] [--drop-unused]`: the geometry stage vs gltfpack;
+//! - `kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes]`: the geometry stage vs
+//!   gltfpack (`--keep-nodes`: gltfpack with `-kn`, keeping the nodes as Kiln does);
 //! - `kiln-bench animation DIR`: the animation stage at several tolerances vs gltfpack and
 //!   glTF-Transform, bytes against error measured by the same metric;
 //! - `kiln-bench vat DIR`: the VAT stage's bake speed against its target, and texture bytes
@@ -23,7 +24,7 @@ fn main() {
         Some("vat") if args.len() >= 3 => vat::run(&args),
         _ => {
             eprintln!(
-                "usage: kiln-bench geometry DIR [--khr] [--drop-unused]\n       kiln-bench animation DIR\n       kiln-bench vat DIR"
+                "usage: kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes]\n       kiln-bench animation DIR\n       kiln-bench vat DIR"
             );
             std::process::exit(2);
         }
