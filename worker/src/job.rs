@@ -628,26 +628,26 @@ async fn write_stage_events(
     pause: Duration,
 ) {
     while let Some(event) = events.recv().await {
-        let event = match event {
+        let error: String;
+        let (stage, update) = match event {
             StageEvent::Flush(done) => {
                 let _ = done.send(());
                 continue;
             }
-            other => other,
-        };
-        let (stage, update) = match &event {
-            StageEvent::Started(s) => (*s, StageUpdate::Started),
-            StageEvent::Progress(s, p) => (*s, StageUpdate::Progress(*p)),
+            StageEvent::Started(s) => (s, StageUpdate::Started),
+            StageEvent::Progress(s, p) => (s, StageUpdate::Progress(p)),
             StageEvent::Succeeded(s) => {
                 // The test pause also delays recording a stage's end, as a busy database
                 // would: the writer then lags behind the pipeline (see `flush`).
                 if !pause.is_zero() {
                     tokio::time::sleep(pause).await;
                 }
-                (*s, StageUpdate::Succeeded)
+                (s, StageUpdate::Succeeded)
             }
-            StageEvent::Failed(s, e) => (*s, StageUpdate::Failed(e)),
-            StageEvent::Flush(_) => continue,
+            StageEvent::Failed(s, e) => {
+                error = e;
+                (s, StageUpdate::Failed(&error))
+            }
         };
         if let Err(e) = db.update_stage(&build_id, stage, update).await {
             tracing::warn!(%build_id, stage, error = %e, "could not record stage progress");

@@ -286,6 +286,17 @@ impl Kiln {
         version: &str,
         package: Vec<u8>,
     ) -> String {
+        self.publish_status(token, game, version, package).await.0
+    }
+
+    /// `publish`, with the build's status as first read published.
+    pub async fn publish_status(
+        &self,
+        token: &str,
+        game: &str,
+        version: &str,
+        package: Vec<u8>,
+    ) -> (String, Value) {
         let (code, accepted) = self
             .upload(token, game, version, "application/zip", package)
             .await;
@@ -293,7 +304,7 @@ impl Kiln {
         let id = accepted["build_id"].as_str().unwrap().to_string();
         let status = self.wait_for_build(token, &id).await;
         assert_eq!(status["status"], "published", "{status}");
-        id
+        (id, status)
     }
 
     /// Polls the build every 20 ms until `reached` holds of its status, for up to 60 s, and

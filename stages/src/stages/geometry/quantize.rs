@@ -82,51 +82,47 @@ pub(super) fn position_grids(asset: &Asset, bits: u32) -> Result<PositionGrids, 
             positions[m].extend_from_slice(&values);
         }
     }
-    let placements = mesh_placements(asset)?;
-    let mut mesh_scale = vec![1.0; meshes.len()];
-    let mut frames = Vec::with_capacity(meshes.len());
-    for (m, placed) in placements.iter().enumerate() {
-        let identity = [DMat4::IDENTITY];
-        let matrices: &[DMat4] = match placed {
-            Some(matrices) if !matrices.is_empty() => matrices,
-            _ => &identity,
-        };
-        frames.push(match placed {
+    // Per mesh, its frame and the world matrices that place it (as stored: the identity).
+    let (frames, placements): (Vec<Frame>, Vec<Vec<DMat4>>) = mesh_placements(asset)?
+        .into_iter()
+        .enumerate()
+        .map(|(m, placed)| match placed {
             Some(matrices) if !matrices.is_empty() => {
                 let first = matrices[0].to_cols_array();
-                if matrices.iter().all(|w| w.to_cols_array() == first) {
+                let frame = if matrices.iter().all(|w| w.to_cols_array() == first) {
                     Frame::Placed(first)
                 } else {
                     Frame::Instanced(m)
-                }
+                };
+                (frame, matrices)
             }
-            _ => Frame::AsStored,
-        });
-        let scale = matrices
-            .iter()
-            .map(|w| {
+            _ => (Frame::AsStored, vec![DMat4::IDENTITY]),
+        })
+        .unzip();
+    let mesh_scale: Vec<f64> = placements
+        .iter()
+        .map(|matrices| {
+            let longest = |w: &DMat4| {
                 [w.x_axis, w.y_axis, w.z_axis]
                     .iter()
                     .map(|a| a.truncate().length())
                     .fold(0.0, f64::max)
-            })
-            .fold(0.0, f64::max);
-        if scale.is_finite() && scale > 0.0 {
-            mesh_scale[m] = scale;
-        }
-    }
+            };
+            let scale = matrices.iter().map(longest).fold(0.0, f64::max);
+            if scale.is_finite() && scale > 0.0 {
+                scale
+            } else {
+                1.0
+            }
+        })
+        .collect();
     // The scene's box over the meshes nodes place; skinned meshes count only when there is
     // nothing else (their stored coordinates may be in other units than the world).
     let mut world_min = [f64::INFINITY; 3];
     let mut world_max = [f64::NEG_INFINITY; 3];
     for skinned in [false, true] {
         for m in (0..meshes.len()).filter(|&m| (frames[m] == Frame::AsStored) == skinned) {
-            let identity = [DMat4::IDENTITY];
-            let matrices = match &placements[m] {
-                Some(matrices) if !matrices.is_empty() => matrices.as_slice(),
-                _ => &identity,
-            };
-            for w in matrices {
+            for w in &placements[m] {
                 for v in positions[m].chunks_exact(3) {
                     let p = w.transform_point3(DVec3::new(v[0] as f64, v[1] as f64, v[2] as f64));
                     for (a, c) in p.to_array().into_iter().enumerate() {
