@@ -91,6 +91,44 @@ fn hostile_models_never_panic_a_model_stage() {
     assert!(panics.is_empty(), "{}", panics.join("\n"));
 }
 
+/// Skins the fuzzer broke the f32 deformer with (an index out of bounds in the animation
+/// stage's verification and in the VAT bake): a joint index past the skin's joints with weight
+/// 0 is allowed (nothing reads it) and the model animates and bakes; a skin without joints
+/// (glTF requires one) is a clear error for both stages.
+#[test]
+fn skins_with_unused_or_no_joints_get_an_answer_not_a_panic() {
+    let read = |file: &str| std::fs::read(fixtures().join(file)).unwrap();
+    let stages = |bytes: &[u8]| {
+        no_panic(|| {
+            let animation = animation::animation_only_variants(
+                bytes,
+                &NoResources,
+                &AnimationOptions::default(),
+                MeshoptCodec::Ext,
+            )
+            .map(|(_, _, report)| report.clips.len())
+            .map_err(|e| e.to_string());
+            let asset = Asset::read(bytes, &NoResources).unwrap();
+            let vat = vat::bake_model(&asset, "model.glb", &VatOptions::default())
+                .map(|bake| bake.report.meshes.iter().map(|m| m.frames).sum::<usize>())
+                .map_err(|e| e.to_string());
+            (animation, vat)
+        })
+        .unwrap_or_else(|panic| panic!("panicked: {panic}"))
+    };
+    let (animation, vat) = stages(&read("skin-unweighted-joint-out-of-range.gltf"));
+    assert_eq!(animation, Ok(1));
+    assert!(vat.as_ref().is_ok_and(|&frames| frames > 1), "{vat:?}");
+    let (animation, vat) = stages(&read("skin-without-joints.gltf"));
+    let animation = animation.unwrap_err();
+    assert!(
+        animation.contains("skins[0]") && animation.contains("joints is empty"),
+        "{animation}"
+    );
+    let vat = vat.unwrap_err();
+    assert!(vat.contains("joints is empty"), "{vat}");
+}
+
 /// The shapes the issue names fail reading with an error that says where.
 #[test]
 fn wrong_json_shapes_are_named_in_the_error() {

@@ -69,7 +69,12 @@ impl Deformer {
             let per = p.influences_per_vertex;
             for v in 0..count {
                 let own = &p.influences[v * per..(v + 1) * per];
-                influences.extend(own.iter().map(|&(slot, w)| (slot as u32, w)));
+                // A zero weight may name any slot (`Rig::read` checks weighted ones only):
+                // it points at slot 0, which every skin has, since the blend reads them all.
+                influences.extend(
+                    own.iter()
+                        .map(|&(slot, w)| (if w == 0.0 { 0 } else { slot as u32 }, w)),
+                );
                 influences.extend(std::iter::repeat_n((0, 0.0), per_vertex - per));
             }
         }

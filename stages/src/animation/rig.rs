@@ -390,6 +390,10 @@ impl Rig {
                 .map(|j| j.as_u64().map(|j| j as usize).filter(|&j| j < count))
                 .collect::<Option<_>>()
                 .ok_or_else(|| invalid(&what, "a joint is not a node"))?;
+            if joints.is_empty() {
+                // glTF: `joints` has at least one item; a skin of none deforms nothing.
+                return Err(invalid(&what, "joints is empty"));
+            }
             let inverse_binds = match skin.get("inverseBindMatrices").and_then(Value::as_u64) {
                 Some(a) => {
                     let (l, v) = accessors::read_f32(asset, a as usize)?;
