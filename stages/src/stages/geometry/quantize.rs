@@ -470,7 +470,9 @@ pub(super) fn quantize_weights(
         let total = totals.get(v).copied().filter(|t| *t > 0.0).unwrap_or(1.0);
         let q: Vec<i32> = chunk
             .iter()
-            .map(|w| ((w / total) * max as f32).round() as i32)
+            // Clamped: a negative weight, or one far above a small total, would otherwise
+            // saturate and overflow the sum below (unsigned normalized storage holds 0..=max).
+            .map(|w| (((w / total) * max as f32).round() as i32).clamp(0, max))
             .collect();
         out.extend(q);
     }
@@ -495,4 +497,23 @@ pub(super) fn weight_storage(bits: u32) -> u32 {
 /// The largest value of an unsigned normalized integer of `storage` bits.
 pub(super) fn unorm_max(storage: u32) -> i32 {
     (1i32 << storage) - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Weights a hostile file can hold: each stored weight stays in the storage's range (the
+    /// fuzzer found 4 × i32::MAX overflowing the sum), and a set with a negative weight still
+    /// sums to exactly `max`.
+    #[test]
+    fn hostile_weights_stay_in_the_storage_range() {
+        for max in [unorm_max(8), unorm_max(16)] {
+            let q = quantize_weights(&[-2.0, 3.0, 0.0, 0.0], &[1.0], true, max);
+            assert!(q.iter().all(|w| (0..=max).contains(w)), "{q:?}");
+            assert_eq!(q.iter().sum::<i32>(), max, "{q:?}");
+            let q = quantize_weights(&[1e30, 1e30, 1.0, f32::NAN], &[1e-30], true, max);
+            assert!(q.iter().all(|w| (0..=max).contains(w)), "{q:?}");
+        }
+    }
 }
