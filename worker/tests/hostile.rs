@@ -9,10 +9,10 @@ use std::process::Command;
 
 use kiln_common::config::UnpackLimits;
 use kiln_stages::gltf::{Asset, NoResources};
-use kiln_stages::stages::animation::{self, AnimationOptions};
+use kiln_stages::stages::animation::{self, AnimationOptions, AnimationReport};
 use kiln_stages::stages::geometry::{self, GeometryOptions, MeshoptCodec};
 use kiln_stages::stages::unpack::{self, UnpackError};
-use kiln_stages::stages::vat::{self, VatOptions};
+use kiln_stages::stages::vat::{self, VatBake, VatOptions};
 use kiln_stages::stages::{PackageFormat, Stage, StageError};
 
 fn fixtures() -> PathBuf {
@@ -47,6 +47,24 @@ fn no_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+/// The animation stage alone on a model's bytes, its error as text.
+fn animate(bytes: &[u8]) -> Result<AnimationReport, String> {
+    animation::animation_only_variants(
+        bytes,
+        &NoResources,
+        &AnimationOptions::default(),
+        MeshoptCodec::Ext,
+    )
+    .map(|(_, _, report)| report)
+    .map_err(|e| e.to_string())
+}
+
+/// The VAT bake of a model's bytes (read first), its error as text.
+fn bake(bytes: &[u8], name: &str) -> Result<VatBake, String> {
+    let asset = Asset::read(bytes, &NoResources).map_err(|e| e.to_string())?;
+    vat::bake_model(&asset, name, &VatOptions::default()).map_err(|e| e.to_string())
+}
+
 /// Every model stage, straight on the bytes: an `Ok` or a clear error, never a panic.
 #[test]
 fn hostile_models_never_panic_a_model_stage() {
@@ -57,25 +75,8 @@ fn hostile_models_never_panic_a_model_stage() {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         });
-        let animation = no_panic(|| {
-            animation::animation_only_variants(
-                &bytes,
-                &NoResources,
-                &AnimationOptions::default(),
-                MeshoptCodec::Ext,
-            )
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-        });
-        let vat = no_panic(|| {
-            Asset::read(&bytes, &NoResources)
-                .map_err(|e| e.to_string())
-                .and_then(|asset| {
-                    vat::bake_model(&asset, &name, &VatOptions::default())
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                })
-        });
+        let animation = no_panic(|| animate(&bytes).map(|_| ()));
+        let vat = no_panic(|| bake(&bytes, &name).map(|_| ()));
         for (stage, outcome) in [
             ("geometry", geometry),
             ("animation", animation),
@@ -100,18 +101,9 @@ fn skins_with_unused_or_no_joints_get_an_answer_not_a_panic() {
     let read = |file: &str| std::fs::read(fixtures().join(file)).unwrap();
     let stages = |bytes: &[u8]| {
         no_panic(|| {
-            let animation = animation::animation_only_variants(
-                bytes,
-                &NoResources,
-                &AnimationOptions::default(),
-                MeshoptCodec::Ext,
-            )
-            .map(|(_, _, report)| report.clips.len())
-            .map_err(|e| e.to_string());
-            let asset = Asset::read(bytes, &NoResources).unwrap();
-            let vat = vat::bake_model(&asset, "model.glb", &VatOptions::default())
-                .map(|bake| bake.report.meshes.iter().map(|m| m.frames).sum::<usize>())
-                .map_err(|e| e.to_string());
+            let animation = animate(bytes).map(|report| report.clips.len());
+            let vat = bake(bytes, "model.glb")
+                .map(|bake| bake.report.meshes.iter().map(|m| m.frames).sum::<usize>());
             (animation, vat)
         })
         .unwrap_or_else(|panic| panic!("panicked: {panic}"))
