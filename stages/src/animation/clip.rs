@@ -88,6 +88,13 @@ impl Channel {
 
     /// Samples the channel at time `t` into `out` (`width` values).
     pub fn sample(&self, t: f64, out: &mut [f64]) {
+        self.sample_from(t, out, &mut 0);
+    }
+
+    /// `sample`, starting the key search at `*cursor` and leaving it at the key interval
+    /// found: the same values, in constant time when `t` moves forward a key or less per
+    /// call (frames and sample times in order), a binary search otherwise.
+    pub fn sample_from(&self, t: f64, out: &mut [f64], cursor: &mut usize) {
         let n = self.times.len();
         let w = self.width;
         let copy = |out: &mut [f64], v: &[f32]| {
@@ -104,8 +111,17 @@ impl Channel {
             copy(out, self.key_value(n - 1));
             return;
         }
-        // The key interval [k, k + 1) holding t.
-        let k = self.times.partition_point(|&x| x as f64 <= t) - 1;
+        // The key interval [k, k + 1) holding t (the last key at or before t).
+        let holds =
+            |k: usize| k + 1 < n && self.times[k] as f64 <= t && (self.times[k + 1] as f64) > t;
+        let k = if holds(*cursor) {
+            *cursor
+        } else if holds(*cursor + 1) {
+            *cursor + 1
+        } else {
+            self.times.partition_point(|&x| x as f64 <= t) - 1
+        };
+        *cursor = k;
         let (t0, t1) = (self.times[k] as f64, self.times[k + 1] as f64);
         let dt = t1 - t0;
         let u = (t - t0) / dt;
@@ -385,6 +401,31 @@ mod tests {
             values: values.to_vec(),
             width,
         }
+    }
+
+    /// Sampling from a cursor gives what a fresh search gives, for times in order (the
+    /// cursor moves a key or less), past several keys at once, backwards, and with keys that
+    /// share a time (the last of them holds, as the binary search finds).
+    #[test]
+    fn sampling_from_a_cursor_is_the_same_as_searching() {
+        let times = [0.0, 0.5, 0.5, 1.0, 1.25, 2.0, 3.0];
+        let values: Vec<f32> = (0..times.len() * 3).map(|i| (i * i % 7) as f32).collect();
+        let c = channel(Interpolation::Linear, Path::Translation, &times, &values);
+        let mut queries: Vec<f64> = (0..=64).map(|i| i as f64 * 3.2 / 64.0 - 0.1).collect();
+        queries.extend([2.5, 0.1, 0.5, 0.5, 3.0, -1.0, 1.0, 0.75, 2.9, 0.0]);
+        let mut cursor = 0;
+        for &t in &queries {
+            let (mut searched, mut from) = ([0.0; 3], [0.0; 3]);
+            c.sample(t, &mut searched);
+            c.sample_from(t, &mut from, &mut cursor);
+            assert_eq!(searched, from, "at {t}");
+            assert!(cursor + 1 < times.len());
+        }
+        // A stale cursor past the keys (another channel's) is searched again, not read.
+        let mut cursor = 99;
+        let mut out = [0.0; 3];
+        c.sample_from(1.1, &mut out, &mut cursor);
+        assert_eq!(cursor, 3);
     }
 
     #[test]

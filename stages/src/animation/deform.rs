@@ -11,6 +11,17 @@ use glam::{Affine3A, DMat4, DVec3, Mat3A, Vec3A};
 
 use super::rig::{Pose, Rig};
 
+/// What `Deformer::deform_with` keeps from one call to the next.
+#[derive(Debug, Clone, Default)]
+pub struct DeformScratch {
+    /// The morph targets the pose weighs, with their weights.
+    active: Vec<(usize, f32)>,
+    /// The skin's joint matrices as f32 columns.
+    joints: Vec<[Vec3A; 4]>,
+    /// An unskinned node's last world matrix and the normal matrix computed from it.
+    normal_matrix: Option<(DMat4, Mat3A)>,
+}
+
 /// One mesh node's vertices, flattened over its primitives, ready to deform.
 #[derive(Debug, Clone)]
 pub struct Deformer {
@@ -107,24 +118,47 @@ impl Deformer {
         positions: &mut [[f32; 3]],
         normals: &mut [[f32; 3]],
     ) {
-        let active = self.active_targets(pose);
+        self.deform_with(rig, pose, positions, normals, &mut DeformScratch::default());
+    }
+
+    /// `deform` for one pose after another (a bake's frames): what each call works out
+    /// besides the vertices is kept in `scratch` (no allocation per call, and an unskinned
+    /// node's normal matrix is computed again only when its world matrix changed). The same
+    /// results as `deform`.
+    pub fn deform_with(
+        &self,
+        rig: &Rig,
+        pose: &Pose,
+        positions: &mut [[f32; 3]],
+        normals: &mut [[f32; 3]],
+        scratch: &mut DeformScratch,
+    ) {
+        self.active_targets_into(pose, &mut scratch.active);
+        let active = &scratch.active;
         // Morphed rest position and normal of vertex `v` (targets in order, as three.js adds
         // them), computed where they are used: no copy of the mesh per call.
         let rest = |v: usize| {
             let mut n = self.normals[v];
-            for &(t, w) in &active {
+            for &(t, w) in active {
                 if let Some(d) = self.targets[t].1.get(v) {
                     n += *d * w;
                 }
             }
-            (self.morphed_position(v, &active), n)
+            (self.morphed_position(v, active), n)
         };
         let outputs = positions.iter_mut().zip(normals.iter_mut()).enumerate();
         match self.skin {
             None => {
                 let world = pose.world[self.node];
                 let m = Affine3A::from_mat4(world.as_mat4());
-                let normal_matrix = Mat3A::from_mat4(world.inverse().transpose().as_mat4());
+                let normal_matrix = match scratch.normal_matrix {
+                    Some((from, matrix)) if from == world => matrix,
+                    _ => {
+                        let matrix = Mat3A::from_mat4(world.inverse().transpose().as_mat4());
+                        scratch.normal_matrix = Some((world, matrix));
+                        matrix
+                    }
+                };
                 for (v, (out_p, out_n)) in outputs {
                     let (p, n) = rest(v);
                     *out_p = m.transform_point3a(p).to_array();
@@ -132,13 +166,14 @@ impl Deformer {
                 }
             }
             Some(s) => {
-                let joints = joint_columns(rig, pose, s, &mut (0.0, 0.0));
+                joint_columns(rig, pose, s, None, &mut scratch.joints);
+                let joints = &scratch.joints;
                 let per = self.per_vertex.max(1);
                 for ((v, (out_p, out_n)), influences) in
                     outputs.zip(self.influences.chunks_exact(per))
                 {
                     let (p, n) = rest(v);
-                    let m = blend_matrix(influences, &joints);
+                    let m = blend_matrix(influences, joints);
                     *out_p = (m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]).to_array();
                     *out_n = (m[0] * n.x + m[1] * n.y + m[2] * n.z).to_array();
                 }
@@ -158,11 +193,19 @@ impl Deformer {
 
     /// The morph targets `pose` weighs, with their weights.
     fn active_targets(&self, pose: &Pose) -> Vec<(usize, f32)> {
+        let mut active = Vec::new();
+        self.active_targets_into(pose, &mut active);
+        active
+    }
+
+    fn active_targets_into(&self, pose: &Pose, active: &mut Vec<(usize, f32)>) {
         let weights = &pose.weights[self.node];
-        (0..self.targets.len())
-            .map(|t| (t, weights.get(t).copied().unwrap_or(0.0) as f32))
-            .filter(|&(_, w)| w != 0.0)
-            .collect()
+        active.clear();
+        active.extend(
+            (0..self.targets.len())
+                .map(|t| (t, weights.get(t).copied().unwrap_or(0.0) as f32))
+                .filter(|&(_, w)| w != 0.0),
+        );
     }
 
     /// Model-space positions of every vertex in `pose` (no normals), into `out` (`vertices`
@@ -193,7 +236,8 @@ impl Deformer {
             }
             Some(s) => {
                 let mut bound = (0f32, 0f32);
-                let joints = joint_columns(rig, pose, s, &mut bound);
+                let mut joints = Vec::new();
+                joint_columns(rig, pose, s, Some(&mut bound), &mut joints);
                 // The common widths get a loop the compiler unrolls.
                 match self.per_vertex {
                     4 => skin_positions::<4>(base, &self.influences, &joints, out),
@@ -251,20 +295,30 @@ fn blend_matrix(influences: &[(u32, f32)], joints: &[[Vec3A; 4]]) -> [Vec3A; 4] 
     m
 }
 
-/// Skin `s`'s joint matrices in `pose` (world × inverse bind) as f32 columns; `bound` grows
-/// to their largest linear-part norm and translation length.
-fn joint_columns(rig: &Rig, pose: &Pose, s: usize, bound: &mut (f32, f32)) -> Vec<[Vec3A; 4]> {
+/// Skin `s`'s joint matrices in `pose` (world × inverse bind) as f32 columns, into `out`;
+/// `bound`, where given, grows to their largest linear-part norm and translation length.
+fn joint_columns(
+    rig: &Rig,
+    pose: &Pose,
+    s: usize,
+    mut bound: Option<&mut (f32, f32)>,
+    out: &mut Vec<[Vec3A; 4]>,
+) {
     let skin = &rig.skins[s];
-    skin.joints
-        .iter()
-        .zip(&skin.inverse_binds)
-        .map(|(&j, ibm)| {
-            let m = pose.world[j] * *ibm;
-            bound.0 = bound.0.max(super::rig::matrix_norm(&m) as f32);
-            bound.1 = bound.1.max(m.w_axis.truncate().length() as f32);
-            columns(&m)
-        })
-        .collect()
+    out.clear();
+    out.extend(
+        skin.joints
+            .iter()
+            .zip(&skin.inverse_binds)
+            .map(|(&j, ibm)| {
+                let m = pose.world[j] * *ibm;
+                if let Some(bound) = bound.as_deref_mut() {
+                    bound.0 = bound.0.max(super::rig::matrix_norm(&m) as f32);
+                    bound.1 = bound.1.max(m.w_axis.truncate().length() as f32);
+                }
+                columns(&m)
+            }),
+    );
 }
 
 /// Every point `Rig::points` gives (vertices of every mesh node, then the shell), in f32 with
@@ -386,5 +440,56 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A bake's fast path (`Rig::pose_at_in_order`, `deform_with` keeping its scratch, the
+    /// normal matrix reused while the world matrix stays) gives bit for bit what a fresh pose
+    /// and `deform` give, frame after frame: times in order, jumping back, repeated, over
+    /// both clips, for a skinned mesh and for an unskinned one under an animated node.
+    #[test]
+    fn baking_frame_after_frame_is_the_same_as_each_alone() {
+        let skinned = super::super::test_models::skinned_tube(8, 6);
+        let mut unskinned = skinned.clone();
+        super::super::test_models::set(
+            &mut unskinned,
+            "/nodes",
+            serde_json::json!([
+                {"name": "root", "children": [1]},
+                {"name": "tip", "translation": [0, 1, 0], "children": [2]},
+                {"name": "tube", "mesh": 0}
+            ]),
+        );
+        super::super::test_models::set(
+            &mut unskinned,
+            "/scenes",
+            serde_json::json!([{"nodes": [0]}]),
+        );
+        let mut checked = 0;
+        for asset in [&skinned, &unskinned] {
+            let rig = Rig::read(asset, 0.015).unwrap();
+            let clips = super::super::metric::read_clips(asset).unwrap();
+            let deformer = Deformer::new(&rig, rig.mesh_nodes[0]);
+            let v = deformer.vertices;
+            let (mut pose, mut fresh) = (rig.rest_pose(), rig.rest_pose());
+            let (mut cursors, mut scratch) = (Vec::new(), DeformScratch::default());
+            let (mut p, mut n) = (vec![[0.0; 3]; v], vec![[0.0; 3]; v]);
+            let (mut p_fresh, mut n_fresh) = (vec![[0.0; 3]; v], vec![[0.0; 3]; v]);
+            let times = (0..=24)
+                .map(|i| i as f64 / 24.0)
+                .chain([0.5, 0.5, 0.1, 1.0, 0.0]);
+            for clip in &clips {
+                cursors.clear();
+                for t in times.clone() {
+                    rig.pose_at_in_order(clip, t, &mut pose, &mut cursors);
+                    deformer.deform_with(&rig, &pose, &mut p, &mut n, &mut scratch);
+                    rig.pose_at(clip, t, &mut fresh);
+                    deformer.deform(&rig, &fresh, &mut p_fresh, &mut n_fresh);
+                    assert_eq!(pose.world, fresh.world, "at {t}");
+                    assert_eq!((&p, &n), (&p_fresh, &n_fresh), "at {t}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 2 * 2 * 30);
     }
 }

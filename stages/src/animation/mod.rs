@@ -11,6 +11,6 @@ pub mod rig;
 pub mod test_models;
 
 pub use clip::{Channel, Clip, Interpolation, Path};
-pub use deform::Deformer;
+pub use deform::{DeformScratch, Deformer};
 pub use metric::{ClipError, MetricOptions};
 pub use rig::{Pose, Rig};

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::{Stage, StageError};
 use crate::animation::deform::unit;
 use crate::animation::metric::read_clips;
-use crate::animation::{Clip, Deformer, Path, Rig};
+use crate::animation::{Clip, DeformScratch, Deformer, Path, Rig};
 use crate::gltf::{Asset, GltfError, accessors};
 use crate::ir::{FileTree, Files, Inventory, VatBaked};
 
@@ -498,20 +498,24 @@ pub fn evaluate_all(rig: &Rig, clips: &[Clip], nodes: &[usize], frame_rate: f64)
         })
         .collect();
     let mut pose = rest_pose;
+    let mut cursors = Vec::new();
+    let mut scratch = vec![DeformScratch::default(); deformers.len()];
     let mut first = 0;
     for (i, (clip, &count)) in clips.iter().zip(&counts).enumerate() {
         let duration = clip.range().1;
+        cursors.clear();
         for f in 0..count {
             let t = (f as f64 / frame_rate).min(duration);
-            rig.pose_at(clip, t, &mut pose);
-            for (deformer, frames) in deformers.iter().zip(&mut all) {
+            rig.pose_at_in_order(clip, t, &mut pose, &mut cursors);
+            for ((deformer, frames), scratch) in deformers.iter().zip(&mut all).zip(&mut scratch) {
                 let vertices = frames.vertices;
                 let at = (first + f) * vertices..(first + f + 1) * vertices;
-                deformer.deform(
+                deformer.deform_with(
                     rig,
                     &pose,
                     &mut frames.positions[at.clone()],
                     &mut frames.normals[at],
+                    scratch,
                 );
             }
         }
