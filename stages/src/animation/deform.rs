@@ -1,4 +1,5 @@
-//! Deforming one mesh node many times, fast: the VAT baker's inner loop.
+//! Deforming one mesh node many times, fast: the VAT baker's inner loop, and the animation
+//! stage's verification (`Points::differences`: every point's distance between two poses).
 //!
 //! The same model as `Rig::points` (morph targets, then linear blend skinning over every
 //! JOINTS_n/WEIGHTS_n set, or the node's world matrix for an unskinned mesh), evaluated in f32
@@ -166,7 +167,7 @@ impl Deformer {
                 }
             }
             Some(s) => {
-                joint_columns(rig, pose, s, None, &mut scratch.joints);
+                joint_columns(rig, pose, s, &mut scratch.joints);
                 let joints = &scratch.joints;
                 let per = self.per_vertex.max(1);
                 for ((v, (out_p, out_n)), influences) in
@@ -181,6 +182,104 @@ impl Deformer {
         }
     }
 
+    /// `Points::differences` for this mesh: the distance of each vertex between the two
+    /// poses into `out`; returns the bound on each result's distance from the f64 metric's.
+    /// `(reach, target_reach, weight_sum)`: the largest morphed rest length, each target's
+    /// largest delta, the largest sum of a vertex's |weights|.
+    fn differences(
+        &self,
+        rig: &Rig,
+        (source, output): (&Pose, &Pose),
+        (reach, target_reach, weight_sum): (f64, &[f64], f64),
+        out: &mut [f32],
+        scratch: &mut DifferenceScratch,
+    ) -> f64 {
+        self.active_targets_into(source, &mut scratch.source_targets);
+        let (ws, wo) = (&source.weights[self.node], &output.weights[self.node]);
+        scratch.delta_targets.clear();
+        // Largest |s - o| of a vertex: the weight differences times the targets' deltas.
+        let mut morph_reach: f64 = 0.0;
+        for (t, &delta_reach) in target_reach.iter().enumerate() {
+            let a = ws.get(t).copied().unwrap_or(0.0);
+            let b = wo.get(t).copied().unwrap_or(0.0);
+            if a != b {
+                scratch.delta_targets.push((t, (a - b) as f32));
+                morph_reach += (a - b).abs() * delta_reach;
+            }
+        }
+        let morphs = scratch.source_targets.len() + scratch.delta_targets.len();
+        // Magnitudes: of the differences, of the output's matrices over the morph difference,
+        // and of either pose's points (the f64 metric's own rounding).
+        let (mut difference, mut morph, mut points) = (0f64, 0f64, 0f64);
+        let mut weigh = |s: &DMat4, o: &DMat4| {
+            let d = *s - *o;
+            difference =
+                difference.max(super::rig::matrix_norm(&d) * reach + d.w_axis.truncate().length());
+            morph = morph.max(super::rig::matrix_norm(o) * morph_reach);
+            for m in [s, o] {
+                points =
+                    points.max(super::rig::matrix_norm(m) * reach + m.w_axis.truncate().length());
+            }
+            d
+        };
+        let morphing = !scratch.delta_targets.is_empty();
+        let (st, dt) = (&scratch.source_targets, &scratch.delta_targets);
+        let morph_delta = |v: usize| {
+            let mut dv = Vec3A::ZERO;
+            for &(t, w) in dt {
+                dv += self.targets[t].0[v] * w;
+            }
+            dv
+        };
+        match self.skin {
+            None => {
+                let (s, o) = (source.world[self.node], output.world[self.node]);
+                let d = columns(&weigh(&s, &o));
+                let o = columns(&o);
+                for (v, e) in out.iter_mut().enumerate() {
+                    let p = self.morphed_position(v, st);
+                    let mut x = d[0] * p.x + d[1] * p.y + d[2] * p.z + d[3];
+                    if morphing {
+                        let dv = morph_delta(v);
+                        x += o[0] * dv.x + o[1] * dv.y + o[2] * dv.z;
+                    }
+                    *e = x.length();
+                }
+            }
+            Some(skin) => {
+                let skin = &rig.skins[skin];
+                scratch.differences.clear();
+                scratch.output_joints.clear();
+                for (&j, ibm) in skin.joints.iter().zip(&skin.inverse_binds) {
+                    let (s, o) = (source.world[j] * *ibm, output.world[j] * *ibm);
+                    scratch.differences.push(columns(&weigh(&s, &o)));
+                    if morphing {
+                        scratch.output_joints.push(columns(&o));
+                    }
+                }
+                let (ds, os) = (&scratch.differences, &scratch.output_joints);
+                let per = self.per_vertex.max(1);
+                for ((v, e), influences) in out
+                    .iter_mut()
+                    .enumerate()
+                    .zip(self.influences.chunks_exact(per))
+                {
+                    let p = self.morphed_position(v, st);
+                    let d = blend_matrix(influences, ds);
+                    let mut x = d[0] * p.x + d[1] * p.y + d[2] * p.z + d[3];
+                    if morphing {
+                        let dv = morph_delta(v);
+                        let o = blend_matrix(influences, os);
+                        x += o[0] * dv.x + o[1] * dv.y + o[2] * dv.z;
+                    }
+                    *e = x.length();
+                }
+            }
+        }
+        let f32_units = F32_DIFFERENCE_ULPS + morphs as f64 * f32::EPSILON as f64;
+        weight_sum * (f32_units * (difference + morph) + F64_ERROR_ULPS * 2.0 * points)
+    }
+
     /// Vertex `v`'s rest position with the `active` targets added in order (as three.js adds
     /// them).
     fn morphed_position(&self, v: usize, active: &[(usize, f32)]) -> Vec3A {
@@ -191,13 +290,7 @@ impl Deformer {
         p
     }
 
-    /// The morph targets `pose` weighs, with their weights.
-    fn active_targets(&self, pose: &Pose) -> Vec<(usize, f32)> {
-        let mut active = Vec::new();
-        self.active_targets_into(pose, &mut active);
-        active
-    }
-
+    /// The morph targets `pose` weighs, with their weights, into `active`.
     fn active_targets_into(&self, pose: &Pose, active: &mut Vec<(usize, f32)>) {
         let weights = &pose.weights[self.node];
         active.clear();
@@ -207,78 +300,6 @@ impl Deformer {
                 .filter(|&(_, w)| w != 0.0),
         );
     }
-
-    /// Model-space positions of every vertex in `pose` (no normals), into `out` (`vertices`
-    /// entries). Returns the largest linear-part norm and translation length among the
-    /// matrices applied: with the largest morphed rest length, a bound on each result's size.
-    pub fn positions(&self, rig: &Rig, pose: &Pose, out: &mut [Vec3A]) -> (f32, f32) {
-        let active = self.active_targets(pose);
-        let morphed;
-        let base = if active.is_empty() {
-            &self.positions
-        } else {
-            morphed = (0..self.vertices)
-                .map(|v| self.morphed_position(v, &active))
-                .collect::<Vec<_>>();
-            &morphed
-        };
-        match self.skin {
-            None => {
-                let world = pose.world[self.node];
-                let m = Affine3A::from_mat4(world.as_mat4());
-                for (p, out) in base.iter().zip(out) {
-                    *out = m.transform_point3a(*p);
-                }
-                (
-                    super::rig::matrix_norm(&world) as f32,
-                    world.w_axis.truncate().length() as f32,
-                )
-            }
-            Some(s) => {
-                let mut bound = (0f32, 0f32);
-                let mut joints = Vec::new();
-                joint_columns(rig, pose, s, Some(&mut bound), &mut joints);
-                // The common widths get a loop the compiler unrolls.
-                match self.per_vertex {
-                    4 => skin_positions::<4>(base, &self.influences, &joints, out),
-                    8 => skin_positions::<8>(base, &self.influences, &joints, out),
-                    per => skin_positions_any(base, &self.influences, per.max(1), &joints, out),
-                }
-                bound
-            }
-        }
-    }
-}
-
-/// Linear blend skinning of positions, `N` influences per vertex.
-fn skin_positions<const N: usize>(
-    base: &[Vec3A],
-    influences: &[(u32, f32)],
-    joints: &[[Vec3A; 4]],
-    out: &mut [Vec3A],
-) {
-    let (per_vertex, _) = influences.as_chunks::<N>();
-    for ((p, influences), out) in base.iter().zip(per_vertex).zip(out) {
-        *out = blend(influences, joints, *p);
-    }
-}
-
-fn skin_positions_any(
-    base: &[Vec3A],
-    influences: &[(u32, f32)],
-    per: usize,
-    joints: &[[Vec3A; 4]],
-    out: &mut [Vec3A],
-) {
-    for ((p, influences), out) in base.iter().zip(influences.chunks_exact(per)).zip(out) {
-        *out = blend(influences, joints, *p);
-    }
-}
-
-#[inline(always)]
-fn blend(influences: &[(u32, f32)], joints: &[[Vec3A; 4]], p: Vec3A) -> Vec3A {
-    let m = blend_matrix(influences, joints);
-    m[0] * p.x + m[1] * p.y + m[2] * p.z + m[3]
 }
 
 /// The weighted sum of a vertex's joint matrices (columns).
@@ -295,29 +316,15 @@ fn blend_matrix(influences: &[(u32, f32)], joints: &[[Vec3A; 4]]) -> [Vec3A; 4] 
     m
 }
 
-/// Skin `s`'s joint matrices in `pose` (world × inverse bind) as f32 columns, into `out`;
-/// `bound`, where given, grows to their largest linear-part norm and translation length.
-fn joint_columns(
-    rig: &Rig,
-    pose: &Pose,
-    s: usize,
-    mut bound: Option<&mut (f32, f32)>,
-    out: &mut Vec<[Vec3A; 4]>,
-) {
+/// Skin `s`'s joint matrices in `pose` (world × inverse bind) as f32 columns, into `out`.
+fn joint_columns(rig: &Rig, pose: &Pose, s: usize, out: &mut Vec<[Vec3A; 4]>) {
     let skin = &rig.skins[s];
     out.clear();
     out.extend(
         skin.joints
             .iter()
             .zip(&skin.inverse_binds)
-            .map(|(&j, ibm)| {
-                let m = pose.world[j] * *ibm;
-                if let Some(bound) = bound.as_deref_mut() {
-                    bound.0 = bound.0.max(super::rig::matrix_norm(&m) as f32);
-                    bound.1 = bound.1.max(m.w_axis.truncate().length() as f32);
-                }
-                columns(&m)
-            }),
+            .map(|(&j, ibm)| columns(&(pose.world[j] * *ibm))),
     );
 }
 
@@ -330,13 +337,34 @@ pub struct Points {
     deformers: Vec<Deformer>,
     /// Per deformer: the largest length of a morphed rest position (|p| + Σ|target delta|).
     reach: Vec<f32>,
+    /// Per deformer and morph target: its largest position delta.
+    target_reach: Vec<Vec<f64>>,
+    /// Per deformer: the largest sum of a vertex's |skin weights| (1 for an unskinned mesh),
+    /// what a blend of joint matrices can scale their magnitude by.
+    weight_sum: Vec<f64>,
 }
 
-/// Rounding-error factor of f32 evaluations, in units of their magnitude bounds (the sum of
-/// both sides' bounds when two are compared): matrices rounded to f32, blended over up to
-/// eight joints, applied to a point, then subtracted is at most about 13 roundings of one side,
-/// so 8 per unit of the two-sided sum. Measured on the corpus' characters: at most 0.53.
-pub const F32_ERROR_ULPS: f64 = 8.0 * f32::EPSILON as f64;
+/// Rounding-error factor of `Points::differences`, in units of its magnitude bounds, plus
+/// one unit per morph target weighed: a difference of f64 matrices rounded to f32 (half a
+/// unit), blended over up to eight joints (nine), applied to a morphed point (four, and one per
+/// target added to it), its length (two): at most about 16 roundings of the difference's
+/// magnitude.
+pub const F32_DIFFERENCE_ULPS: f64 = 16.0 * f32::EPSILON as f64;
+
+/// Rounding-error factor of the f64 metric (`Rig::points` on both sides, then a distance), in
+/// units of the points' magnitude: a few tens of f64 roundings.
+pub const F64_ERROR_ULPS: f64 = 64.0 * f64::EPSILON;
+
+/// What `Points::differences` works out per mesh besides the vertices, kept between calls.
+#[derive(Debug, Clone, Default)]
+pub struct DifferenceScratch {
+    source_targets: Vec<(usize, f32)>,
+    /// Per morph target weighed differently: the source's weight minus the output's.
+    delta_targets: Vec<(usize, f32)>,
+    /// Per joint: source minus output joint matrix, and the output's, as f32 columns.
+    differences: Vec<[Vec3A; 4]>,
+    output_joints: Vec<[Vec3A; 4]>,
+}
 
 impl Points {
     pub fn new(rig: &Rig) -> Self {
@@ -356,28 +384,86 @@ impl Points {
                     .fold(0.0, f32::max)
             })
             .collect();
-        Self { deformers, reach }
+        let target_reach = deformers
+            .iter()
+            .map(|d| {
+                d.targets
+                    .iter()
+                    .map(|(p, _)| p.iter().map(|x| x.length() as f64).fold(0.0, f64::max))
+                    .collect()
+            })
+            .collect();
+        let weight_sum = deformers
+            .iter()
+            .map(|d| match d.skin {
+                None => 1.0,
+                Some(_) => d
+                    .influences
+                    .chunks_exact(d.per_vertex.max(1))
+                    .map(|i| i.iter().map(|&(_, w)| w.abs() as f64).sum::<f64>())
+                    .fold(1.0, f64::max),
+            })
+            .collect();
+        Self {
+            deformers,
+            reach,
+            target_reach,
+            weight_sum,
+        }
     }
 
-    /// The points of `pose` into `out` (cleared first), in `Rig::points`' order. Returns the
-    /// magnitude bound `R`: each point's f32 rounding error is below `F32_ERROR_ULPS × R`.
-    pub fn evaluate(&self, rig: &Rig, pose: &Pose, out: &mut Vec<Vec3A>) -> f64 {
-        out.clear();
-        let mut magnitude: f64 = 0.0;
-        for (d, &reach) in self.deformers.iter().zip(&self.reach) {
+    /// How many points a pose has: every mesh node's vertices, then six per shell node.
+    pub fn count(&self, rig: &Rig) -> usize {
+        self.deformers.iter().map(|d| d.vertices).sum::<usize>() + 6 * rig.shell_nodes.len()
+    }
+
+    /// The distance of every point between `source` and `output` into `out` (appended), in
+    /// `Rig::points`' order: the metric's errors of one sample. Vertices are evaluated as
+    /// their difference, in f32 with SIMD vectors: `(S_j - O_j) s + O_j (s - o)` blended over
+    /// the vertex's joints, where `S_j`, `O_j` are the two poses' joint matrices subtracted in
+    /// f64, and `s - o` the morph targets' weight differences times their deltas, so rounding
+    /// scales with the difference, not with the points' size (subtracting two f32 points lost
+    /// their size's rounding). Shell points are measured in f64, as `Rig::points` gives them.
+    /// Returns a bound on how far each result may lie from the f64 metric's
+    /// (`measure`'s) value of the same point.
+    pub fn differences(
+        &self,
+        rig: &Rig,
+        (source, output): (&Pose, &Pose),
+        out: &mut Vec<f32>,
+        scratch: &mut DifferenceScratch,
+    ) -> f64 {
+        let mut bound: f64 = 0.0;
+        for (i, d) in self.deformers.iter().enumerate() {
             let start = out.len();
-            out.resize(start + d.vertices, Vec3A::ZERO);
-            let bound = d.positions(rig, pose, &mut out[start..]);
-            magnitude = magnitude.max(bound.0 as f64 * reach as f64 + bound.1 as f64);
+            out.resize(start + d.vertices, 0.0);
+            bound = bound.max(d.differences(
+                rig,
+                (source, output),
+                (
+                    self.reach[i] as f64,
+                    &self.target_reach[i],
+                    self.weight_sum[i],
+                ),
+                &mut out[start..],
+                scratch,
+            ));
         }
+        let mut magnitude: f64 = 0.0;
         for &n in &rig.shell_nodes {
             let r = rig.reach[n];
-            let w = pose.world[n];
-            magnitude =
-                magnitude.max(super::rig::matrix_norm(&w) * r + w.w_axis.truncate().length());
+            for w in [source.world[n], output.world[n]] {
+                magnitude =
+                    magnitude.max(super::rig::matrix_norm(&w) * r + w.w_axis.truncate().length());
+            }
         }
-        out.extend(rig.shell_points(pose).map(|p| Vec3A::from(p.as_vec3())));
-        magnitude
+        out.extend(
+            rig.shell_points(source)
+                .zip(rig.shell_points(output))
+                .map(|(a, b)| a.distance(b) as f32),
+        );
+        // The shell's distances are the f64 metric's own; f32 rounds them once more.
+        bound.max(magnitude * F64_ERROR_ULPS)
     }
 }
 

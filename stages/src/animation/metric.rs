@@ -3,12 +3,12 @@
 //! hierarchy) and of virtual vertices on a shell around nodes that move no vertex (ACL's
 //! approach), in model space, sampled at 4× the source key rate over the whole clip.
 
-use glam::{DVec3, Vec3A};
+use glam::DVec3;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::clip::{Clip, Interpolation, read_clip};
-use super::deform::{F32_ERROR_ULPS, Points};
+use super::deform::{DifferenceScratch, Points};
 use super::rig::{Pose, Rig};
 use crate::gltf::{Asset, GltfError};
 
@@ -98,10 +98,6 @@ pub fn clip_error(
     )
 }
 
-/// The source's points at every sample are kept when they fit in this many floats (else
-/// recomputed on each measurement).
-pub const SOURCE_CACHE_FLOATS: usize = 12 << 20;
-
 /// The exact metric: per sample, the largest error, and every (sample, point) error, in f64.
 pub fn measure(rig: &Rig, source: &Clip, output: &Clip, times: &[f64]) -> (Vec<f64>, Vec<f32>) {
     let mut a = rig.rest_pose();
@@ -141,41 +137,24 @@ fn exact_sample(
 }
 
 /// The animation stage's verification: the same metric as `measure`, evaluated in f32 with
-/// SIMD vectors (`deform::Points`) against the source's points computed once, except at the
-/// samples whose largest error is too close to the threshold for f32 to decide, which are
-/// measured again in f64. Decisions against the threshold are therefore `measure`'s.
+/// SIMD vectors as each point's difference between the two poses (`deform::Points::
+/// differences`), except at the samples whose largest error is too close to the threshold for
+/// f32 to decide, which are measured again in f64. Decisions against the threshold are
+/// therefore `measure`'s.
 pub struct Verifier<'a> {
     rig: &'a Rig,
     source: &'a Clip,
     times: &'a [f64],
     points: Points,
-    /// Per sample: the source's points and their rounding bound (`None`: too many to keep).
-    cache: Option<Vec<(Vec<[f32; 3]>, f64)>>,
 }
 
 impl<'a> Verifier<'a> {
     pub fn new(rig: &'a Rig, source: &'a Clip, times: &'a [f64]) -> Self {
-        let points = Points::new(rig);
-        let mut pose = rig.rest_pose();
-        let mut buffer = Vec::new();
-        let mut cache = Some(Vec::with_capacity(times.len()));
-        for &t in times {
-            rig.pose_at(source, t, &mut pose);
-            let bound = points.evaluate(rig, &pose, &mut buffer);
-            if buffer.len() * 3 * times.len() > SOURCE_CACHE_FLOATS {
-                cache = None;
-                break;
-            }
-            if let Some(c) = &mut cache {
-                c.push((buffer.iter().map(|p| p.to_array()).collect(), bound));
-            }
-        }
         Self {
             rig,
             source,
             times,
-            points,
-            cache,
+            points: Points::new(rig),
         }
     }
 
@@ -184,33 +163,21 @@ impl<'a> Verifier<'a> {
     pub fn measure(&self, output: &Clip, threshold: f64) -> (Vec<f64>, Vec<f32>) {
         let rig = self.rig;
         let (mut a, mut b) = (rig.rest_pose(), rig.rest_pose());
-        let (mut pa, mut pb) = (Vec::new(), Vec::new());
+        let (mut cursors_a, mut cursors_b) = (Vec::new(), Vec::new());
+        let mut scratch = DifferenceScratch::default();
         let (mut exact_a, mut exact_b) = (Vec::new(), Vec::new());
         let mut per_sample = Vec::with_capacity(self.times.len());
-        let mut all = Vec::new();
-        for (s, &t) in self.times.iter().enumerate() {
-            rig.pose_at(output, t, &mut b);
-            let mut bound = self.points.evaluate(rig, &b, &mut pb);
+        // Every (sample, point) error, room made once (growing it copied millions of them).
+        let mut all = Vec::with_capacity(self.times.len() * self.points.count(rig));
+        for &t in self.times {
+            rig.pose_at_in_order(self.source, t, &mut a, &mut cursors_a);
+            rig.pose_at_in_order(output, t, &mut b, &mut cursors_b);
             let start = all.len();
-            match &self.cache {
-                Some(cache) => {
-                    let (source, source_bound) = &cache[s];
-                    bound += source_bound;
-                    all.extend(
-                        source
-                            .iter()
-                            .zip(&pb)
-                            .map(|(x, y)| Vec3A::from_array(*x).distance(*y)),
-                    );
-                }
-                None => {
-                    rig.pose_at(self.source, t, &mut a);
-                    bound += self.points.evaluate(rig, &a, &mut pa);
-                    all.extend(pa.iter().zip(&pb).map(|(x, y)| x.distance(*y)));
-                }
-            }
+            let bound = self
+                .points
+                .differences(rig, (&a, &b), &mut all, &mut scratch);
             let worst = all[start..].iter().copied().fold(0f32, f32::max) as f64;
-            if (worst - threshold).abs() <= F32_ERROR_ULPS * bound {
+            if (worst - threshold).abs() <= bound {
                 all.truncate(start);
                 exact_sample(
                     rig,
@@ -236,19 +203,13 @@ pub fn summarise(
     compressed: &Clip,
     samples: usize,
     points: usize,
-    mut errors: Vec<f32>,
+    errors: Vec<f32>,
     tolerance: f64,
 ) -> ClipError {
     let n = errors.len().max(1);
-    let max = errors.iter().copied().fold(0f32, f32::max) as f64;
-    let mean = errors.iter().map(|&e| e as f64).sum::<f64>() / n as f64;
-    let within = errors.iter().filter(|&&e| e as f64 <= tolerance).count() as f64 / n as f64;
-    let p99 = if errors.is_empty() {
-        0.0
-    } else {
-        let k = ((errors.len() as f64 * 0.99).ceil() as usize).clamp(1, errors.len()) - 1;
-        *errors.select_nth_unstable_by(k, f32::total_cmp).1 as f64
-    };
+    let (max, sum, within, p99) = statistics(&errors, tolerance);
+    let mean = sum / n as f64;
+    let within = within as f64 / n as f64;
     let d = rig.diagonal.max(f64::MIN_POSITIVE);
     ClipError {
         index: 0,
@@ -264,6 +225,56 @@ pub fn summarise(
         duration_source: source.range().1,
         duration_output: compressed.range().1,
     }
+}
+
+/// The largest value, the sum, how many are at most `tolerance`, and the 99th percentile
+/// (the `ceil(0.99 n)`-th smallest, as `select_nth_unstable_by` finds it) of millions of
+/// errors, in one pass and without reordering them: the bit patterns of non-negative floats
+/// are ordered as their values, so a histogram of their top 14 bits (exponent and 5 mantissa
+/// bits) finds the bin holding the percentile, and only that bin's values are selected among.
+/// A negative or NaN value falls back to plain folds and a full selection.
+fn statistics(values: &[f32], tolerance: f64) -> (f64, f64, usize, f64) {
+    const SHIFT: u32 = 18;
+    if values.is_empty() {
+        return (0.0, 0.0, 0, 0.0);
+    }
+    let k = ((values.len() as f64 * 0.99).ceil() as usize).clamp(1, values.len()) - 1;
+    const BINS: usize = (0x7f80_0000 >> SHIFT) + 1;
+    // Four histograms, one per lane: neighbouring errors often share a bin, and one array
+    // would wait on its own last increment.
+    let mut lanes = vec![[0u32; 4]; BINS];
+    let (mut max_bits, mut sum, mut within) = (0u32, 0f64, 0usize);
+    let mut ordered = true;
+    for (i, &e) in values.iter().enumerate() {
+        let bits = e.to_bits();
+        ordered &= bits <= 0x7f80_0000;
+        lanes[(bits.min(0x7f80_0000) >> SHIFT) as usize][i & 3] += 1;
+        max_bits = max_bits.max(bits);
+        sum += e as f64;
+        within += (e as f64 <= tolerance) as usize;
+    }
+    let counts: Vec<u32> = lanes.iter().map(|l| l.iter().sum()).collect();
+    if !ordered {
+        let max = values.iter().copied().fold(0f32, f32::max) as f64;
+        let mut all = values.to_vec();
+        let p99 = *all.select_nth_unstable_by(k, f32::total_cmp).1 as f64;
+        return (max, sum, within, p99);
+    }
+    let (mut below, mut target) = (0usize, 0u32);
+    for (b, &c) in counts.iter().enumerate() {
+        if below + c as usize > k {
+            target = b as u32;
+            break;
+        }
+        below += c as usize;
+    }
+    let mut members: Vec<f32> = values
+        .iter()
+        .copied()
+        .filter(|e| e.to_bits() >> SHIFT == target)
+        .collect();
+    let p99 = *members.select_nth_unstable_by(k - below, f32::total_cmp).1;
+    (f32::from_bits(max_bits) as f64, sum, within, p99 as f64)
 }
 
 /// Morph target count of mesh `m` of `asset`.
@@ -635,6 +646,41 @@ fn point_pairs(rig: &Rig, out: &Rig, map: &VertexMap) -> Result<Vec<(usize, usiz
 mod tests {
     use super::*;
     use crate::animation::test_models::skinned_tube;
+
+    /// The one-pass statistics are what folds and a sort give: spread, clustered, tied, all
+    /// zero, one value, the largest at the end, and with a NaN (the fallback).
+    #[test]
+    fn statistics_are_what_sorting_gives() {
+        let spread: Vec<f32> = (0..10_000u32)
+            .map(|i| ((i * 7919) % 10_007) as f32 * 1e-7)
+            .collect();
+        let mut clustered: Vec<f32> = (0..5_000u32)
+            .map(|i| 1e-5 + (i % 13) as f32 * 1e-12)
+            .collect();
+        clustered.push(3.0);
+        let cases = [
+            spread,
+            clustered,
+            vec![0.0; 100],
+            vec![2.5],
+            vec![1.0, 1.0, 2.0, 0.5],
+            vec![0.5, f32::NAN, 0.25, 1.0],
+        ];
+        for values in &cases {
+            let mut sorted = values.clone();
+            sorted.sort_by(f32::total_cmp);
+            let k = ((values.len() as f64 * 0.99).ceil() as usize).clamp(1, values.len()) - 1;
+            let (max, sum, within, p99) = statistics(values, 1e-3);
+            assert_eq!(p99.to_bits(), (sorted[k] as f64).to_bits(), "{values:?}");
+            assert_eq!(max, values.iter().copied().fold(0f32, f32::max) as f64);
+            assert_eq!(
+                sum.to_bits(),
+                values.iter().map(|&e| e as f64).sum::<f64>().to_bits()
+            );
+            assert_eq!(within, values.iter().filter(|&&e| e as f64 <= 1e-3).count());
+        }
+        assert_eq!(statistics(&[], 1.0), (0.0, 0.0, 0, 0.0));
+    }
 
     /// The stage's f32 verification decides every sample as the f64 metric does, even with
     /// the threshold set at a sample's own error (where f32 cannot tell and f64 is used).

@@ -376,11 +376,12 @@ fn affine(fixed: Option<DAffine3>, local: &Local) -> DAffine3 {
 impl<'a> State<'a> {
     fn new(rig: &'a Rig, clip: &Clip, times: Vec<f64>) -> Self {
         let mut pose = rig.rest_pose();
+        let mut cursors = Vec::new();
         let mut reference = Vec::with_capacity(times.len());
         let mut reference_weights = Vec::with_capacity(times.len());
         let mut local = Vec::with_capacity(times.len());
         for &t in &times {
-            rig.pose_at(clip, t, &mut pose);
+            rig.pose_at_in_order(clip, t, &mut pose, &mut cursors);
             reference.push(pose.world.iter().map(|m| DAffine3::from_mat4(*m)).collect());
             reference_weights.push(pose.weights.clone());
             local.push(pose.local.clone());
@@ -493,9 +494,10 @@ impl<'a> State<'a> {
     fn set_channel(&mut self, work: &Work, rest: &[f64]) {
         let mut buffer = vec![0.0; work.width];
         let channel = work.channel();
+        let mut cursor = 0;
         for s in 0..self.times.len() {
             match &channel {
-                Some(c) => c.sample(self.times[s], &mut buffer),
+                Some(c) => c.sample_from(self.times[s], &mut buffer, &mut cursor),
                 None => buffer.copy_from_slice(rest),
             }
             if work.path == Path::Weights {
@@ -608,16 +610,20 @@ fn morph_gain(rig: &Rig, rest: &Pose, n: usize) -> Vec<f64> {
 /// world transform should be `a` and is `b` (ACL's virtual vertices).
 fn point_error(a: &DAffine3, b: &DAffine3, reach: f64) -> f64 {
     let dt = a.translation - b.translation;
-    let mut worst = dt.length();
+    // Squared lengths, one square root: the square root is correctly rounded and monotonic,
+    // so the root of the largest square is the largest root, bit for bit.
+    let mut worst = dt.length_squared();
     for axis in [
         a.matrix3.x_axis - b.matrix3.x_axis,
         a.matrix3.y_axis - b.matrix3.y_axis,
         a.matrix3.z_axis - b.matrix3.z_axis,
     ] {
         let d = axis * reach;
-        worst = worst.max((dt + d).length()).max((dt - d).length());
+        worst = worst
+            .max((dt + d).length_squared())
+            .max((dt - d).length_squared());
     }
-    worst
+    worst.sqrt()
 }
 
 fn rest_value(rig: &Rig, node: usize, path: Path) -> Vec<f64> {
@@ -763,8 +769,12 @@ fn first_fitting(
         let mut trial = w.clone();
         set_quantization(&mut trial, source, Some(how));
         let c = trial.channel().expect("not dropped yet");
+        // The samples come in order: each key search starts where the last one ended.
+        let cursor = std::cell::Cell::new(0);
         if state.try_values(target, all.clone(), limit, false, &|t, out| {
-            c.sample(t, out)
+            let mut k = cursor.get();
+            c.sample_from(t, out, &mut k);
+            cursor.set(k);
         }) {
             return step;
         }
