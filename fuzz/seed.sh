@@ -13,7 +13,7 @@ max_bytes=$((1024 * 1024)) # larger seeds only slow every run down
 
 mkdir -p "$corpus"
 for t in unpack_zip unpack_tar_gz inventory gltf_geometry animation vat engine_detection \
-  page_rewrite telemetry manifest_signature; do
+  page_rewrite telemetry manifest_signature images; do
   mkdir -p "$corpus/$t"
 done
 
@@ -137,6 +137,14 @@ for f in $(find worker/tests api/tests common/tests -name '*.json' -size -64k 2>
 done
 seed_text manifest_signature "$(printf 'keyid=k, sig=AAAA\n{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"k"}')"
 seed_text manifest_signature "$(printf 'sig=, keyid=\n{"schema":1,"game":"g","version":"1","build_id":"b","files":[],"models":[]}')"
+
+# --- images: small PNG/JPEG/WebP files of the build fixtures, the corpus and the hostile ones -
+images=()
+while IFS= read -r -d '' f; do images+=("$f"); done < <(
+  find examples worker/tests/fixtures "$shared" \( -name '*.png' -o -name '*.jpg' -o -name '*.jpeg' -o -name '*.webp' \) \
+    -size -64k -not -path '*/node_modules/*' -print0 2>/dev/null | sort -z | head -z -n 40
+)
+seed images "${images[@]}"
 
 # --- our own hostile models: every fixture for every model target -----------------------
 for t in gltf_geometry animation vat; do seed "$t" worker/tests/fixtures/hostile/*; done

@@ -54,6 +54,42 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The images stage's result: bytes saved in total and per image, and what lossy would save.
+fn print_images(images: &serde_json::Value) {
+    let count = images["images"].as_u64().unwrap_or(0);
+    let before = images["bytes_before"].as_u64().unwrap_or(0);
+    let after = images["bytes_after"].as_u64().unwrap_or(0);
+    println!(
+        "\n  images: {} of {count} re-encoded, {before} → {after} bytes ({} saved){}",
+        images["re_encoded"].as_u64().unwrap_or(0),
+        before.saturating_sub(after),
+        images["bytes_with_lossy"]
+            .as_u64()
+            .map(|b| format!(
+                "; with lossy at ssimulacra2 ≥ 80 (kiln.toml [images] lossy = true): {b} bytes"
+            ))
+            .unwrap_or_default()
+    );
+    if count == 0 {
+        println!(
+            "    (no standalone or .gltf-referenced image; textures inside .glb models are kept as they are for now)"
+        );
+    }
+    for file in images["files"].as_array().into_iter().flatten() {
+        println!(
+            "    {:<44} {} → {} B  {}{}",
+            file["path"].as_str().unwrap_or(""),
+            file["bytes_before"],
+            file["bytes_after"],
+            file["chosen"].as_str().unwrap_or(""),
+            file["kept"]
+                .as_str()
+                .map(|why| format!(" ({why})"))
+                .unwrap_or_default()
+        );
+    }
+}
+
 /// Opens the published game in headless Chromium (`bench/load/page-bytes.mjs`) and prints
 /// what the page downloaded, request by request; says how to get that when it can't run here.
 async fn print_measured_download(url: &str) {
@@ -284,6 +320,7 @@ pub async fn run(base: &str, content: &str, admin_token: &str, dir: &Path) -> an
         }
         println!("{line}");
     }
+    print_images(&report["stages"]["images"]);
     let split = &report["stages"]["engines"];
     for engine in manifest["engines"].as_array().into_iter().flatten() {
         println!(

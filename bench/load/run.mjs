@@ -27,6 +27,10 @@ const BUILDS = {
   sample: { dir: join(repo, 'examples/sample-game'), engine: 'three', label: 'three.js sample game (examples/sample-game)' },
   phaser: { dir: join(here, 'builds/phaser'), engine: 'phaser', label: 'Phaser 3 game (bench/load/builds/phaser)' },
   pixi: { dir: join(here, 'builds/pixi'), engine: 'pixi.js', label: 'PixiJS 8 page (bench/load/builds/pixi)' },
+  // The same 2D builds with lossy images on at the default bound (ssimulacra2 >= 80): the
+  // build's kiln.toml is its only difference (nginx serves the same original files).
+  'phaser-lossy': { dir: join(here, 'builds/phaser'), engine: 'phaser', label: 'Phaser 3 game, kiln.toml [images] lossy = true', kilnToml: '[images]\nlossy = true\n' },
+  'pixi-lossy': { dir: join(here, 'builds/pixi'), engine: 'pixi.js', label: 'PixiJS 8 page, kiln.toml [images] lossy = true', kilnToml: '[images]\nlossy = true\n' },
 };
 const HOST = 'lb-host';
 const gameName = (build, twin = false) => `lb-${build}${twin ? '-twin' : ''}`;
@@ -137,6 +141,9 @@ function stageBuilds(stage, builds, keys) {
     const js = join(stage, twin, 'game.js');
     if (!existsSync(js)) throw new Error(`${BUILDS[b].dir} has no game.js to make its twin from`);
     writeFileSync(js, `// ${twin}: another game built on the same engine file (Kiln load benchmark)\n${readFileSync(js, 'utf8')}`);
+    if (BUILDS[b].kilnToml) {
+      for (const g of [game, twin]) writeFileSync(join(stage, g, 'kiln.toml'), BUILDS[b].kilnToml);
+    }
     staged[b] = { game, twin };
   }
   mkdirSync(join(stage, HOST), { recursive: true });

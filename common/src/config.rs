@@ -35,6 +35,9 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub animation: AnimationConfig,
     pub vat: VatSettings,
+    /// The images stage: overrides on top of its own defaults (a build's `kiln.toml`
+    /// `[images]` applies on top of these).
+    pub images: ImagesSettings,
     pub library: LibraryConfig,
     pub telemetry: TelemetryConfig,
     pub variants: VariantsConfig,
@@ -149,6 +152,7 @@ impl Default for Config {
             worker: WorkerConfig::default(),
             animation: AnimationConfig::default(),
             vat: VatSettings::default(),
+            images: ImagesSettings::default(),
             library: LibraryConfig::default(),
             telemetry: TelemetryConfig::default(),
             variants: VariantsConfig::default(),
@@ -244,6 +248,45 @@ pub struct VatSettings {
     /// A build's per-file settings, `[vat.file."characters/fox.glb"]`: that file is baked
     /// with them (not in the server's configuration).
     pub file: BTreeMap<String, VatSettings>,
+}
+
+/// The images stage's settings: the server's `[images]` (`KILN_IMAGES_*`) and a build's
+/// `kiln.toml` `[images]` are both this, each applied on top of what came before
+/// (`ImageOptions::default()` in kiln-stages, the only place the defaults are written, then the
+/// server's, then the build's: `images::apply`, which checks them); unset fields change nothing.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImagesSettings {
+    /// Pixel-exact re-encoding (lossless WebP or optimised PNG).
+    pub lossless: Option<bool>,
+    /// `true`: lossy WebP for every standalone image; or a list of globs (`["backgrounds/**"]`).
+    pub lossy: Option<LossySetting>,
+    /// The perceptual bound lossy keeps to (ssimulacra2, 0–100).
+    pub min_ssimulacra2: Option<f64>,
+    /// Images with more pixels are kept as they are (checked on the header).
+    pub max_pixels: Option<u64>,
+    /// Run the lossy search where lossy is off, to report what it would save.
+    pub estimate_lossy: Option<bool>,
+    /// `[[images.paths]] match = "ui/**"`, `min_ssimulacra2 = 90`, `lossy = true`.
+    pub paths: Vec<ImagePathRule>,
+}
+
+/// `[images] lossy`: on or off for every image, or on for the paths the globs match.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum LossySetting {
+    All(bool),
+    Paths(Vec<String>),
+}
+
+/// `[[images.paths]]`: settings for the paths a glob matches (the last match wins).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagePathRule {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub lossy: Option<bool>,
+    pub min_ssimulacra2: Option<f64>,
 }
 
 /// The engine split, the shared library, and the releases that serve it.
@@ -652,6 +695,11 @@ impl Config {
             "KILN_VAT_TOLERANCE" => self.vat.tolerance = Some(positive()?),
             "KILN_VAT_TOLERANCE_ABS" => self.vat.tolerance_abs = Some(non_negative()?),
             "KILN_VAT_MAX_SIZE" => self.vat.max_size = Some(bits()?),
+            "KILN_IMAGES_LOSSLESS" => self.images.lossless = Some(flag()?),
+            "KILN_IMAGES_LOSSY" => self.images.lossy = Some(LossySetting::All(flag()?)),
+            "KILN_IMAGES_MIN_SSIMULACRA2" => self.images.min_ssimulacra2 = Some(non_negative()?),
+            "KILN_IMAGES_MAX_PIXELS" => self.images.max_pixels = Some(num()?),
+            "KILN_IMAGES_ESTIMATE_LOSSY" => self.images.estimate_lossy = Some(flag()?),
             // Unknown KILN_ variables are ignored so that scripts may set their own.
             _ => {}
         }

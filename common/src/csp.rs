@@ -11,14 +11,12 @@
 //! frame-ancestors = ["https://portal.example"]
 //! ```
 //!
-//! [`from_build_config`] checks an extension at build time (directive names, source
+//! [`check_extension`] checks an extension at build time (directive names, source
 //! syntax) and refuses any source that could reach the API origin: its origin itself,
 //! wildcards and bare schemes that cover it. The checked extension travels in the signed
 //! manifest (`csp`), where serving reads it.
 
 use std::collections::BTreeMap;
-
-use serde::Deserialize;
 
 /// Directives a team may extend. `base-uri`, `form-action`, `object-src`, `sandbox` and
 /// reporting stay Kiln's.
@@ -50,21 +48,14 @@ const MAX_SOURCE_LEN: usize = 256;
 /// A build's checked `[csp]` table: directive → extra sources.
 pub type Extension = BTreeMap<String, Vec<String>>;
 
-/// The `[csp]` table of a build's `kiln.toml`, checked against `api_origin`
-/// (`scheme://host[:port]`). `Ok(empty)` without a `kiln.toml` or a `[csp]` table.
-pub fn from_build_config(kiln_toml: Option<&str>, api_origin: &str) -> Result<Extension, String> {
-    #[derive(Deserialize, Default)]
-    #[serde(default)]
-    struct BuildConfig {
-        csp: Option<BTreeMap<String, Vec<String>>>,
-    }
-    let Some(text) = kiln_toml else {
-        return Ok(Extension::new());
-    };
-    let config: BuildConfig =
-        toml::from_str(text).map_err(|e| format!("kiln.toml: {}", e.message()))?;
+/// The `[csp]` table of a build's `kiln.toml` (as the build's one parse of it read it),
+/// checked against `api_origin` (`scheme://host[:port]`). `Ok(empty)` without one.
+pub fn check_extension(
+    table: Option<&BTreeMap<String, Vec<String>>>,
+    api_origin: &str,
+) -> Result<Extension, String> {
     let mut out = Extension::new();
-    for (directive, sources) in config.csp.unwrap_or_default() {
+    for (directive, sources) in table.cloned().unwrap_or_default() {
         if !EXTENSIBLE.contains(&directive.as_str()) {
             return Err(format!(
                 "kiln.toml [csp] {directive:?}: not a directive a build may extend (one of {})",
@@ -201,6 +192,23 @@ mod tests {
     use super::*;
 
     const API: &str = "https://kiln.example";
+
+    /// A `kiln.toml`'s `[csp]` table checked (the pipeline reads the table with the rest of
+    /// the file, `kiln_stages::build_config`).
+    fn from_build_config(kiln_toml: Option<&str>, api_origin: &str) -> Result<Extension, String> {
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Csp {
+            csp: Option<BTreeMap<String, Vec<String>>>,
+        }
+        let csp: Csp = match kiln_toml {
+            Some(text) => {
+                toml::from_str(text).map_err(|e| format!("kiln.toml: {}", e.message()))?
+            }
+            None => Csp::default(),
+        };
+        check_extension(csp.csp.as_ref(), api_origin)
+    }
 
     #[test]
     fn a_team_extends_connect_src_and_framing() {

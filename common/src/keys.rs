@@ -90,6 +90,26 @@ pub fn extension_of(path: &str) -> String {
     }
 }
 
+/// The extension of an image format told by its first bytes (PNG, JPEG, WebP, GIF, AVIF,
+/// KTX2), whatever the file's name says.
+pub fn image_extension(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("png")
+    } else if head.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("jpg")
+    } else if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
+        Some("webp")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("gif")
+    } else if head.len() >= 12 && &head[4..8] == b"ftyp" && &head[8..12] == b"avif" {
+        Some("avif")
+    } else if head.starts_with(b"\xABKTX 20\xBB\r\n\x1A\n") {
+        Some("ktx2")
+    } else {
+        None
+    }
+}
+
 /// Content type for a logical path, with `charset=utf-8` on text so browsers never guess.
 pub fn content_type_for(path: &str) -> String {
     let ext = extension_of(path);

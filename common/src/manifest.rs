@@ -39,6 +39,10 @@ pub struct Manifest {
     /// made for this class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_class: Option<String>,
+    /// Every image the images stage re-encoded: what its path serves and every encoding
+    /// published (the original among them), for hosts and classes that choose.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ManifestImage>,
     /// Vertex animation texture bakes, one per mesh (`docs/vat.md`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub vat: Vec<ManifestVat>,
@@ -159,6 +163,24 @@ pub struct ModelVariant {
     pub size: u64,
     pub brotli_size: u64,
     pub needs_decoder: bool,
+}
+
+/// An image and its published encodings; its `path` in `files` serves `served`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestImage {
+    pub path: String,
+    /// The encoding the path serves (`webp-lossless`, `png-optimized`, `webp-lossy`).
+    pub served: String,
+    pub encodings: Vec<ManifestImageEncoding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestImageEncoding {
+    /// `original` or the stage's encoding name.
+    pub encoding: String,
+    pub content_type: String,
+    pub size: u64,
+    pub url: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

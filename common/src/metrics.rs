@@ -81,6 +81,16 @@ pub static UPLOAD_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
     )
 });
 
+/// Image bytes of processed builds before and after the images stage (`form`: `before`,
+/// `after`): the pipeline dashboard's bytes saved.
+pub static IMAGE_BYTES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "kiln_image_bytes_total",
+        "Image bytes of processed builds, before and after the images stage",
+        &["form"],
+    )
+});
+
 pub static BUILDS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register(IntGaugeVec::new(Opts::new("kiln_builds", "Builds by status"), &["status"]).unwrap())
 });
@@ -430,6 +440,7 @@ pub fn init() {
     LazyLock::force(&HTTP_REQUESTS);
     LazyLock::force(&HTTP_DURATION);
     LazyLock::force(&UPLOAD_BYTES);
+    LazyLock::force(&IMAGE_BYTES);
     LazyLock::force(&BUILDS);
     LazyLock::force(&QUEUE_DEPTH);
     LazyLock::force(&QUEUE_OLDEST_AGE);

@@ -22,6 +22,7 @@ pub const STAGES: &[&str] = &[
     "engines",
     "vat",
     "geometry",
+    "images",
     "encode",
     "sign",
     "publish",

@@ -25,7 +25,7 @@ use crate::stages::vat::{self, VatOptions};
 use crate::stages::{PackageFormat, Stage, inventory, unpack};
 
 /// The fuzz targets by name, as `cargo fuzz list` prints them (`fuzz/Cargo.toml`'s bins).
-pub const TARGETS: [&str; 10] = [
+pub const TARGETS: [&str; 11] = [
     "unpack_zip",
     "unpack_tar_gz",
     "inventory",
@@ -36,6 +36,7 @@ pub const TARGETS: [&str; 10] = [
     "page_rewrite",
     "telemetry",
     "manifest_signature",
+    "images",
 ];
 
 /// Runs target `name` on `data`; `scratch` is an empty directory the unpack targets write
@@ -52,6 +53,7 @@ pub fn run(name: &str, data: &[u8], scratch: &Path) {
         "page_rewrite" => page_rewrite(data),
         "telemetry" => telemetry(data),
         "manifest_signature" => manifest_signature(data),
+        "images" => image_stage(data),
         other => panic!("no fuzz target {other:?}"),
     }
 }
@@ -142,6 +144,39 @@ pub fn animation_stage(data: &[u8]) {
 pub fn vat_stage(data: &[u8]) {
     if let Ok(asset) = Asset::read(data, &NoResources) {
         let _ = vat::bake_model(&asset, "model.glb", &VatOptions::default());
+    }
+}
+
+/// Stage `images` on one file's bytes (PNG, JPEG, WebP or anything else), lossless and
+/// lossy, under a small pixel limit: the original kept with a reason, or bytes that decode
+/// (the stage itself checks a lossless output shows the source's pixels; here they are
+/// decoded once more).
+pub fn image_stage(data: &[u8]) {
+    use crate::stages::images::{self, ImageOptions, Plan, Role};
+    let options = ImageOptions {
+        max_pixels: 256 * 256,
+        png_level: 1,
+        ..ImageOptions::default()
+    };
+    for role in [Role::Standalone, Role::GltfTexture] {
+        let plan = Plan {
+            role,
+            lossy: true,
+            bound: options.min_ssimulacra2,
+            data_texture: false,
+        };
+        let out = images::optimize_image(data, &plan, &options);
+        if let Some((bytes, _)) = &out.chosen {
+            assert!(bytes.len() < data.len(), "a chosen encoding is smaller");
+            let decoded = images::decode_source(bytes, options.max_pixels)
+                .expect("a chosen encoding decodes");
+            if out.result.chosen != "webp-lossy" {
+                let source = images::decode_source(data, options.max_pixels).expect("source");
+                assert!(images::codec::same_pixels(&source, &decoded));
+            }
+        } else {
+            assert!(out.result.kept.is_some(), "a kept image says why");
+        }
     }
 }
 

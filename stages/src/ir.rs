@@ -237,6 +237,15 @@ pub struct SignedManifest {
     pub signature: ManifestSignature,
 }
 
+/// An image whose re-encoded bytes replaced the file at `path` (the images stage); the
+/// original is kept at `original`; `encoding` names what `path` now holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedImage {
+    pub path: String,
+    pub original: String,
+    pub encoding: String,
+}
+
 /// A VAT bake to list in the manifest: its `vat.json` path, model, mesh and encoding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VatBaked {

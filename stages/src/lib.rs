@@ -7,6 +7,7 @@
 //! the same code.
 
 pub mod animation;
+pub mod build_config;
 pub mod fuzzing;
 pub mod gltf;
 pub mod ir;

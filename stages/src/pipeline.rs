@@ -13,9 +13,11 @@ use kiln_common::manifest::BuildIdentity;
 use kiln_common::signing::ManifestSigner;
 use serde::Serialize;
 
+use crate::build_config::{self, BuildConfig};
 use crate::stages::encode::{self, EncodeOptions, OutputFile};
 use crate::stages::engines::{self, BootLinks, EngineOptions};
 use crate::stages::geometry::{self, GeometryOptions, ModelOutcome, ModelVariants};
+use crate::stages::images::{self, ImageOptions};
 use crate::stages::inventory::{self, FileKind, Inventory};
 use crate::stages::publish::{self, PublishPlan};
 use crate::stages::sign::{self, SignedManifest};
@@ -30,6 +32,7 @@ pub const STAGES: &[&str] = &[
     engines::NAME,
     vat::NAME,
     geometry::NAME,
+    images::NAME,
     encode::NAME,
     sign::NAME,
     publish::NAME,
@@ -40,6 +43,8 @@ pub struct PipelineOptions {
     pub unpack: UnpackLimits,
     pub encode: EncodeOptions,
     pub geometry: GeometryOptions,
+    /// The images stage's settings; a build's `kiln.toml` `[images]` applies on top.
+    pub images: ImageOptions,
     pub engines: EngineOptions,
     /// Models every build bakes into vertex animation textures (a build's `kiln.toml` adds).
     pub vat: VatSelection,
@@ -217,20 +222,26 @@ pub fn prepare(
     })?;
     report.record(engines::NAME, &engines_report);
 
+    // The build's own configuration, read once and checked whole (each stage's section
+    // applied on top of the server's options) before any model work.
+    let mut build = None;
     let (tree, vat_report) = step(observer, &mut report, vat::NAME, |obs| {
-        // The build's own configuration, checked whole before any model work.
         let failed = config_failure(vat::NAME);
-        let kiln_toml = build_config(&tree).map_err(failed)?;
-        let selection = vat::build_selection(kiln_toml.as_deref(), &options.vat).map_err(failed)?;
-        geometry::served_variant(kiln_toml.as_deref()).map_err(failed)?;
-        kiln_common::csp::from_build_config(kiln_toml.as_deref(), &api_origin(options))
+        let config = BuildConfig::read(&tree).map_err(failed)?;
+        let selection = vat::build_selection(config.vat.as_ref(), &options.vat).map_err(failed)?;
+        let variant = geometry::served_variant(&config.models).map_err(failed)?;
+        let csp = kiln_common::csp::check_extension(config.csp.as_ref(), &api_origin(options))
             .map_err(failed)?;
+        let images = images::apply(&config.images, &options.images)
+            .map_err(|e| failed(format!("{}: {e}", build_config::FILE)))?;
+        build = Some((config, variant, csp, images));
         let files = Files {
             tree: &tree,
             inventory: &inventory,
         };
         call::<vat::Step>(obs, files, &selection)
     })?;
+    let (config, variant, csp, image_options) = build.expect("read in the vat step");
     let inventory = apply_vat(&tree, &inventory, &vat_report).map_err(|error| {
         Box::new(Failed {
             error,
@@ -245,13 +256,10 @@ pub fn prepare(
         inventory: &inventory,
     };
     let ((tree, outcomes), geometry_report) = step(observer, &mut report, geometry::NAME, |obs| {
-        // The build's `[models]` settings on top of the server's (checked in the vat step).
-        let failed = config_failure(geometry::NAME);
-        let kiln_toml = build_config(&tree).map_err(failed)?;
-        let models = geometry::models_settings(kiln_toml.as_deref()).map_err(failed)?;
+        // The build's `[models]` settings on top of the server's.
         let options = geometry::GeometryOptions {
             drop_unused_attributes: options.geometry.drop_unused_attributes
-                || models.drop_unused_attributes,
+                || config.models.drop_unused_attributes,
             ..options.geometry.clone()
         };
         call::<geometry::Step>(obs, files, &options)
@@ -267,6 +275,24 @@ pub fn prepare(
         &serde_json::json!({ "summary": geometry_report, "models": models }),
     );
 
+    let files = Files {
+        tree: &tree,
+        inventory: &inventory,
+    };
+    let ((tree, served_images), images_report) =
+        step(observer, &mut report, images::NAME, |obs| {
+            // The build's `[images]` settings on top of the server's.
+            call::<images::Step>(obs, files, &image_options)
+        })?;
+    let inventory =
+        apply_images(&tree, &inventory, &served_images, &images_report).map_err(|error| {
+            Box::new(Failed {
+                error,
+                report: std::mem::take(&mut report),
+            })
+        })?;
+    report.record(images::NAME, &images_report);
+
     let input = encode::EncodeInput {
         files: Files {
             tree: &tree,
@@ -280,11 +306,6 @@ pub fn prepare(
     report.record(encode::NAME, &encode_report);
 
     let (signed, sign_report) = step(observer, &mut report, sign::NAME, |obs| {
-        let failed = config_failure(sign::NAME);
-        let kiln_toml = build_config(&tree).map_err(failed)?;
-        let variant = geometry::served_variant(kiln_toml.as_deref()).map_err(failed)?;
-        let csp = kiln_common::csp::from_build_config(kiln_toml.as_deref(), &api_origin(options))
-            .map_err(failed)?;
         let mut serving = serving(&engines_report, variant, &page_base(options, identity));
         serving.csp = csp;
         let model_paths: Vec<_> = models.iter().map(ModelVariants::paths).collect();
@@ -293,6 +314,7 @@ pub fn prepare(
             outputs: &outputs,
             models: &model_paths,
             vat: &vat_baked,
+            images: &served_images,
             engines: &engines_report.engines,
             serving: &serving,
             signer,
@@ -326,16 +348,6 @@ pub fn prepare(
         plan,
         report,
     })
-}
-
-/// The build's own `kiln.toml`, if it has one.
-fn build_config(tree: &FileTree) -> Result<Option<String>, String> {
-    if !tree.contains(vat::BUILD_CONFIG) {
-        return Ok(None);
-    }
-    std::fs::read_to_string(tree.root.join(vat::BUILD_CONFIG))
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", vat::BUILD_CONFIG))
 }
 
 /// The API's origin, which no build's Content-Security-Policy may name.
@@ -410,6 +422,33 @@ fn apply_vat(
             {
                 entry.warnings.push(format!("vat: {error}"));
             }
+        }
+    }
+    Ok(inventory)
+}
+
+/// The inventory with the kept originals of re-encoded images added (each made from its
+/// image), and a warning on each image that could not be read.
+fn apply_images(
+    tree: &FileTree,
+    before: &Inventory,
+    served: &[images::ServedImage],
+    report: &images::ImagesReport,
+) -> Result<Inventory, PipelineError> {
+    let mut inventory =
+        inventory::extend(before, tree).map_err(|e| PipelineError::of(images::NAME, &e))?;
+    for entry in &mut inventory.entries {
+        if let Some(image) = served.iter().find(|s| s.original == entry.path) {
+            entry.used_by = Some(image.path.clone());
+        }
+        if let Some(why) = report
+            .files
+            .iter()
+            .find(|f| f.path == entry.path)
+            .and_then(|f| f.kept.as_ref())
+            .filter(|why| why.starts_with("cannot") || why.starts_with("internal"))
+        {
+            entry.warnings.push(format!("images: {why}"));
         }
     }
     Ok(inventory)
@@ -527,7 +566,7 @@ impl BuildReport {
 fn config_failure(stage: &'static str) -> impl Fn(String) -> PipelineError + Copy {
     move |reason| PipelineError {
         stage,
-        file: Some(vat::BUILD_CONFIG.to_string()),
+        file: Some(build_config::FILE.to_string()),
         reason,
         permanent: true,
     }

@@ -405,6 +405,15 @@ async fn build_in(
     let outcome = match prepared {
         Ok(prepared) => {
             save_report(context, &build.id, &prepared.report).await?;
+            let images = &prepared.report.stages.get("images");
+            for form in ["before", "after"] {
+                let bytes = images
+                    .and_then(|r| r[format!("bytes_{form}").as_str()].as_u64())
+                    .unwrap_or(0);
+                metrics::IMAGE_BYTES
+                    .with_label_values(&[form])
+                    .inc_by(bytes);
+            }
             // The pause is for the pipeline's stages (tests catch a build between them); this
             // thread is the runtime's, where a blocking sleep would stall other tasks.
             observer.pause = Duration::ZERO;

@@ -13,6 +13,7 @@ use kiln_stages::pipeline::PipelineOptions;
 use kiln_stages::stages::animation::{AnimationOptions, Tolerance};
 use kiln_stages::stages::engines::{EngineOptions, EngineRules};
 use kiln_stages::stages::geometry::GeometryOptions;
+use kiln_stages::stages::images::{self, ImageOptions};
 use kiln_stages::stages::vat::{self, VatSelection};
 
 /// The pipeline options a configuration implies.
@@ -28,6 +29,8 @@ pub fn pipeline_options(config: &Config) -> anyhow::Result<PipelineOptions> {
             ..GeometryOptions::default()
         },
         vat: vat_selection(&config.vat)?,
+        images: images::apply(&config.images, &ImageOptions::default())
+            .map_err(|e| anyhow::anyhow!("KILN_IMAGES_* / [images]: {e}"))?,
         ..PipelineOptions::default()
     })
 }

@@ -5,6 +5,7 @@
 //! README gives must change nothing a process would run with.
 
 use kiln_common::config::Config;
+use kiln_stages::stages::images::{self, ImageOptions};
 use kiln_worker::runtime::{animation_options, vat_selection};
 
 /// What a process runs with: the configuration (the stage sections left out) and the stage
@@ -17,10 +18,12 @@ fn effective(vars: &[(&str, &str)]) -> String {
     let config = Config::load_from(&vars).unwrap_or_else(|e| panic!("{vars:?}: {e}"));
     let animation = animation_options(&config.animation);
     let vat = vat_selection(&config.vat).unwrap();
+    let images = images::apply(&config.images, &ImageOptions::default()).unwrap();
     let mut rest = config.clone();
     rest.animation = Default::default();
     rest.vat = Default::default();
-    format!("{rest:?}\n{animation:?}\n{vat:?}")
+    rest.images = Default::default();
+    format!("{rest:?}\n{animation:?}\n{vat:?}\n{images:?}")
 }
 
 /// `(variable, default)` pairs from the README's table: each backticked name of the first
@@ -86,12 +89,15 @@ fn the_readme_states_the_defaults_the_code_has() {
         "KILN_ANIMATION_WEIGHT_BITS",
         "KILN_VAT_FRAME_RATE",
         "KILN_VAT_MAX_SIZE",
+        "KILN_IMAGES_MIN_SSIMULACRA2",
+        "KILN_IMAGES_MAX_PIXELS",
         "KILN_WORKER_CONCURRENCY",
     ] {
         assert!(rows.iter().any(|(n, _)| n == name), "{name} not checked");
     }
     assert_ne!(effective(&[("KILN_ANIMATION_TOLERANCE", "1e-4")]), defaults);
     assert_ne!(effective(&[("KILN_VAT_FRAME_RATE", "24")]), defaults);
+    assert_ne!(effective(&[("KILN_IMAGES_LOSSY", "true")]), defaults);
     eprintln!("{} README defaults checked against the code", rows.len());
     assert!(rows.len() >= 30, "only {} rows checked", rows.len());
 }

@@ -77,6 +77,7 @@ pub async fn upload_publishes_a_verified_manifest(deployment: Deployment) {
             "engines",
             "vat",
             "geometry",
+            "images",
             "encode",
             "sign",
             "publish"

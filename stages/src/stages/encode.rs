@@ -136,8 +136,18 @@ fn encode(
             source,
         };
         let sha256 = sha256_file(&source).map_err(io)?;
-        let key = keys::file_key(&sha256, &file.path);
-        let content_type = keys::content_type_for(&file.path);
+        // An image is named by what its bytes are (the images stage may have put WebP at a
+        // `.png` path; a `.png` may be a JPEG), so it is served with its true type.
+        let typed_path = match entry.kind {
+            FileKind::Texture | FileKind::GltfImage => {
+                let head = crate::ir::read_head(&source, 16).map_err(io)?;
+                keys::image_extension(&head).map(|ext| format!("image.{ext}"))
+            }
+            _ => None,
+        };
+        let typed_path = typed_path.as_deref().unwrap_or(&file.path);
+        let key = keys::file_key(&sha256, typed_path);
+        let content_type = keys::content_type_for(typed_path);
         let encodings = match encoded_by_key.get(&key) {
             Some(forms) => forms.clone(),
             None => {

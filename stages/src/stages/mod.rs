@@ -10,6 +10,7 @@ pub mod animation;
 pub mod encode;
 pub mod engines;
 pub mod geometry;
+pub mod images;
 pub mod inventory;
 pub mod publish;
 pub mod sign;

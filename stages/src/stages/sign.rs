@@ -6,7 +6,8 @@
 use kiln_common::keys::{self, Encoding};
 use kiln_common::manifest::{
     BeaconToken, BuildIdentity, MANIFEST_SCHEMA, Manifest, ManifestEncoding, ManifestEngine,
-    ManifestFile, ManifestModel, ManifestVat, ModelVariant, VariantChoice,
+    ManifestFile, ManifestImage, ManifestImageEncoding, ManifestModel, ManifestVat, ModelVariant,
+    VariantChoice,
 };
 use kiln_common::signing::ManifestSigner;
 use kiln_common::telemetry::BeaconSecret;
@@ -14,7 +15,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::Stage;
-use crate::ir::{EngineFile, ModelPaths, OutputFile};
+use crate::ir::{EngineFile, ModelPaths, OutputFile, ServedImage};
 pub use crate::ir::{SignedManifest, VatBaked};
 
 pub const NAME: &str = "sign";
@@ -49,6 +50,8 @@ pub struct SignInput<'a> {
     pub outputs: &'a [OutputFile],
     pub models: &'a [ModelPaths],
     pub vat: &'a [VatBaked],
+    /// Images whose path serves re-encoded bytes, with their originals.
+    pub images: &'a [ServedImage],
     pub engines: &'a [EngineFile],
     pub serving: &'a Serving,
     pub signer: &'a ManifestSigner,
@@ -86,6 +89,7 @@ fn sign(input: SignInput<'_>, cdn_base: &str) -> (SignedManifest, SignReport) {
         outputs,
         models,
         vat,
+        images,
         engines,
         serving,
         signer,
@@ -157,6 +161,28 @@ fn sign(input: SignInput<'_>, cdn_base: &str) -> (SignedManifest, SignReport) {
                     path: e.path.clone(),
                     global: e.global.clone(),
                     module: e.module,
+                })
+            })
+            .collect(),
+        images: images
+            .iter()
+            .filter_map(|image| {
+                let encoding = |name: &str, path: &str| {
+                    let o = outputs.iter().find(|o| o.path == path)?;
+                    Some(ManifestImageEncoding {
+                        encoding: name.to_string(),
+                        content_type: o.content_type.clone(),
+                        size: o.size,
+                        url: format!("{base}/{}", o.key),
+                    })
+                };
+                Some(ManifestImage {
+                    path: image.path.clone(),
+                    served: image.encoding.clone(),
+                    encodings: vec![
+                        encoding(&image.encoding, &image.path)?,
+                        encoding("original", &image.original)?,
+                    ],
                 })
             })
             .collect(),

@@ -1210,28 +1210,14 @@ pub fn select(settings: &VatSettings, base: &VatSelection) -> Result<VatSelectio
     })
 }
 
-/// The build's own configuration file, at the root of the package.
-pub const BUILD_CONFIG: &str = "kiln.toml";
-
-/// What a build asks for: its `kiln.toml`'s `[vat]` table over the server's selection.
+/// What a build asks for: its `kiln.toml`'s `[vat]` table (`BuildConfig::vat`) over the
+/// server's selection.
 pub fn build_selection(
-    kiln_toml: Option<&str>,
+    settings: Option<&VatSettings>,
     server: &VatSelection,
 ) -> Result<VatSelection, String> {
-    #[derive(Deserialize, Default)]
-    #[serde(default)]
-    struct BuildConfig {
-        vat: Option<VatSettings>,
-    }
-    let Some(text) = kiln_toml else {
-        return Ok(server.clone());
-    };
-    let config: BuildConfig =
-        toml::from_str(text).map_err(|e| format!("{BUILD_CONFIG}: {}", e.message()))?;
-    match config.vat {
-        Some(settings) => {
-            select(&settings, server).map_err(|e| format!("{BUILD_CONFIG} [vat]: {e}"))
-        }
+    match settings {
+        Some(settings) => select(settings, server).map_err(|e| format!("kiln.toml [vat]: {e}")),
         None => Ok(server.clone()),
     }
 }

@@ -478,27 +478,12 @@ pub struct ModelsSettings {
     pub drop_unused_attributes: bool,
 }
 
-/// The `[models]` section of a build's `kiln.toml` (defaults when there is none).
-pub fn models_settings(kiln_toml: Option<&str>) -> Result<ModelsSettings, String> {
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default)]
-    struct BuildConfig {
-        models: Option<ModelsSettings>,
-    }
-    let Some(text) = kiln_toml else {
-        return Ok(ModelsSettings::default());
-    };
-    let config: BuildConfig =
-        toml::from_str(text).map_err(|e| format!("kiln.toml: {}", e.message()))?;
-    Ok(config.models.unwrap_or_default())
-}
-
 /// `kiln.toml` `[models] serve = "quantized"`: the build opts into serving that variant at
 /// each `.glb` model's own path, so a game that loads its models itself gets it without a
 /// code change (`quantized` needs no decoder: KHR_mesh_quantization is read by three.js,
 /// Babylon.js, PlayCanvas, …). Default: the original file.
-pub fn served_variant(kiln_toml: Option<&str>) -> Result<Option<String>, String> {
-    match models_settings(kiln_toml)?.serve.as_deref() {
+pub fn served_variant(models: &ModelsSettings) -> Result<Option<String>, String> {
+    match models.serve.as_deref() {
         None | Some("original") => Ok(None),
         Some("quantized") => Ok(Some("quantized".into())),
         Some("meshopt") => Err(

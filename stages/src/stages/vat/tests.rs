@@ -338,7 +338,7 @@ fn the_stage_bakes_what_the_build_selects_and_reports_what_it_cannot() {
         ],
     };
     let (inventory, _) = crate::stages::inventory::Step::run(&tree, &(), &mut |_| {}).unwrap();
-    let selection = build_selection(
+    let selection = selection_of(
         Some("[vat]\nfiles = [\"*\"]\n[vat.file.\"m/good.glb\"]\nencoding = \"low\"\n"),
         &VatSelection::default(),
     )
@@ -361,15 +361,24 @@ fn the_stage_bakes_what_the_build_selects_and_reports_what_it_cannot() {
     assert!(tree.files.windows(2).all(|w| w[0].path < w[1].path));
 }
 
+/// A build's `kiln.toml` read as the pipeline reads it, its `[vat]` applied.
+fn selection_of(kiln_toml: Option<&str>, base: &VatSelection) -> Result<VatSelection, String> {
+    let config = crate::build_config::BuildConfig::parse(kiln_toml.unwrap_or(""))?;
+    build_selection(config.vat.as_ref(), base)
+}
+
 #[test]
 fn build_settings_are_checked() {
     let base = VatSelection::default();
-    assert_eq!(build_selection(None, &base).unwrap(), base);
-    assert_eq!(
-        build_selection(Some("[other]\nx = 1\n"), &base).unwrap(),
-        base
+    assert_eq!(selection_of(None, &base).unwrap(), base);
+    assert_eq!(selection_of(Some("[models]\n"), &base).unwrap(), base);
+    // An unknown section is an error naming it (it used to be ignored).
+    assert!(
+        selection_of(Some("[other]\nx = 1\n"), &base)
+            .unwrap_err()
+            .contains("other")
     );
-    let s = build_selection(
+    let s = selection_of(
         Some("[vat]\nfiles = [\"a.glb\"]\nmode = \"absolute\"\nframe_rate = 24\n"),
         &base,
     )
@@ -383,7 +392,7 @@ fn build_settings_are_checked() {
         ("[vat]\nframes = 3\n", "unknown field"),
         ("[vat\n", "kiln.toml"),
     ] {
-        let err = build_selection(Some(bad), &base).unwrap_err();
+        let err = selection_of(Some(bad), &base).unwrap_err();
         assert!(err.contains(why), "{bad:?}: {err}");
     }
 }

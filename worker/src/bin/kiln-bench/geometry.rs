@@ -1,6 +1,6 @@
-//! `kiln-bench geometry DIR [--khr] [--drop-unused]`: Kiln's geometry stage beside gltfpack on
+//! `kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes] [--keep OUT]`: Kiln's geometry stage beside gltfpack on
 //! every model under DIR (`--drop-unused`: Kiln with `drop_unused_attributes`, which gltfpack
-//! does by default; off by default in Kiln),
+//! does by default; off by default in Kiln; `--keep OUT`: both tools' files written to OUT),
 //! same bit settings, same run: brotli -11 sizes of whole files (Kiln's as delivered, with the
 //! animation pass) and of geometry alone, wall time, position error; then issue 17's targets,
 //! each `met` or `NOT met` with the models that miss it.
@@ -116,6 +116,12 @@ pub fn run(args: &[String]) {
     // gltfpack keeps the scene's nodes (-kn) as Kiln does, instead of merging meshes into
     // fewer nodes: the fair anchor for scenes whose nodes games move by name.
     let keep_nodes = args.iter().any(|a| a == "--keep-nodes");
+    // `--keep DIR`: both tools' files per model are kept there, to look into.
+    let keep = args
+        .iter()
+        .position(|a| a == "--keep")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
     // Equal bits: gltfpack -vn 10 stores tangents as 8-bit octahedral, so tangents get 8
     // bits here (Kiln's own default for tangents is 12).
     let defaults = GeometryOptions::default();
@@ -237,6 +243,12 @@ pub fn run(args: &[String]) {
             continue;
         }
         let gp = std::fs::read(&out).unwrap();
+        if let Some(dir) = &keep {
+            let stem = name.replace(['/', '\\'], "_");
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(format!("{stem}.kiln.glb")), &delivered).unwrap();
+            std::fs::write(dir.join(format!("{stem}.gltfpack.glb")), &gp).unwrap();
+        }
         let gp_err = measured_error(&path, &out);
         let row = Row {
             name,

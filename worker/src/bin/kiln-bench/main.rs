@@ -1,17 +1,20 @@
 //! `kiln-bench`: Kiln's stages beside the anchor tools, in one run, as ratios.
 //!
-//! - `kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes]`: the geometry stage vs
-//!   gltfpack (`--keep-nodes`: gltfpack with `-kn`, keeping the nodes as Kiln does);
+//! - `kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes] [--keep OUT]`: the
+//!   geometry stage vs gltfpack (`--keep-nodes`: gltfpack with `-kn`, keeping the nodes as
+//!   Kiln does; `--keep OUT`: both tools' files written to OUT);
 //! - `kiln-bench animation DIR`: the animation stage at several tolerances vs gltfpack and
 //!   glTF-Transform, bytes against error measured by the same metric;
 //! - `kiln-bench vat DIR`: the VAT stage's bake speed against its target, and texture bytes
-//!   and measured error per encoding beside the source's skin and animation bytes.
+//!   and measured error per encoding beside the source's skin and animation bytes;
+//! - `kiln-bench images DIR`: the images stage vs `cwebp` lossless and at equal ssimulacra2.
 //!
 //! gltfpack and glTF-Transform come from npm (`worker/tests/gltf-check`, `npm ci` there);
 //! `KILN_GLTFPACK` may point at another gltfpack.
 
 mod animation;
 mod geometry;
+mod images;
 mod vat;
 
 use std::path::{Path, PathBuf};
@@ -22,9 +25,10 @@ fn main() {
         Some("geometry") if args.len() >= 3 => geometry::run(&args),
         Some("animation") if args.len() >= 3 => animation::run(&args),
         Some("vat") if args.len() >= 3 => vat::run(&args),
+        Some("images") if args.len() >= 3 => images::run(&args),
         _ => {
             eprintln!(
-                "usage: kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes]\n       kiln-bench animation DIR\n       kiln-bench vat DIR"
+                "usage: kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes] [--keep OUT]\n       kiln-bench animation DIR\n       kiln-bench vat DIR\n       kiln-bench images DIR"
             );
             std::process::exit(2);
         }

@@ -1,0 +1,790 @@
+//! Stage `images`: every image of a build in fewer bytes, the player seeing the same pixels
+//! (lossless, on by default) or pixels bounded by a perceptual metric (lossy, opted into per
+//! build or path in `kiln.toml` `[images]`).
+//!
+//! Per image (`optimize_image`, a function of bytes and options):
+//! - PNG: lossless WebP (libwebp, `exact`: the colour under transparent pixels is kept, since
+//!   engines that do not premultiply sample it) and an optimised PNG (oxipng); each candidate
+//!   is decoded again (WebP by a second decoder, not libwebp) and kept only if it shows the
+//!   source's pixels exactly; the smallest wins, the original when none is smaller.
+//! - JPEG: never turned into lossless WebP (it only grows); lossy WebP where lossy is on.
+//! - Lossy (standalone images, never data textures): the WebP quality is searched per image and
+//!   the smallest candidate whose ssimulacra2 against the source, composited over its alpha,
+//!   reaches the bound (80 by default) is kept. With lossy off the same search runs to report
+//!   what it would save.
+//! - Images a `.gltf` references: only PNG/JPEG are core glTF, so only the optimised PNG.
+//! - Animated PNG/WebP, GIF, AVIF, KTX2, images past the pixel limit (checked on the header,
+//!   before decoding), unreadable files: kept as they are, with the reason.
+//!
+//! The chosen bytes replace the file at its own path, so an unmodified game loads them from
+//! the URL it always used (browsers decode WebP whatever the URL's extension; `encode` names
+//! the object by what the bytes are, so it is served as `image/webp`); the original is kept
+//! beside it (`{stem}.kiln-original.{ext}`, see [`original_path`]) and listed in the manifest
+//! with every encoding.
+
+pub mod codec;
+pub mod score;
+
+use std::time::{Duration, Instant};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use image::DynamicImage;
+pub use kiln_common::config::{ImagePathRule, ImagesSettings, LossySetting};
+use serde::Serialize;
+
+use self::codec::{Format, WebpMode};
+use super::{Stage, StageError};
+pub use crate::ir::ServedImage;
+use crate::ir::{FileKind, FileTree, Files, InventoryEntry};
+
+pub const NAME: &str = "images";
+
+/// The image stage's settings. `Default` is the only source of these defaults; a build's
+/// `kiln.toml` `[images]` section applies on top ([`apply`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImageOptions {
+    /// Pixel-exact re-encoding (lossless WebP or optimised PNG).
+    pub lossless: bool,
+    /// Lossy WebP for every standalone image of the build.
+    pub lossy: bool,
+    /// Globs of build paths that get lossy even when `lossy` is off (`[images] lossy_paths`).
+    pub lossy_paths: Vec<String>,
+    /// The perceptual bound: a lossy candidate is kept only at ssimulacra2 ≥ this (90 is
+    /// visually lossless, 80 "very high": not noticeable side by side at 1:1).
+    pub min_ssimulacra2: f64,
+    /// Per-path bounds (glob, bound), the last match winning over `min_ssimulacra2`.
+    pub path_bounds: Vec<(String, f64)>,
+    /// Images with more pixels are kept as they are, refused on their header before any
+    /// decoding (a 50 000 × 50 000 PNG of a few kB is a decompression bomb).
+    pub max_pixels: u64,
+    /// Run the lossy search on images where lossy is off, to report what it would save.
+    pub estimate_lossy: bool,
+    /// libwebp's lossless preset (0–9); 6 is cwebp's `-z 6`.
+    pub webp_lossless_level: u8,
+    /// oxipng's preset (0–6) and how long it may search one image.
+    pub png_level: u8,
+    pub png_timeout: Duration,
+    /// The PNG search is skipped where lossless WebP is already under this share of the PNG.
+    pub png_skip_below: f64,
+    /// libwebp's lossy effort (0–6).
+    pub webp_method: u8,
+}
+
+impl Default for ImageOptions {
+    fn default() -> Self {
+        Self {
+            lossless: true,
+            lossy: false,
+            lossy_paths: Vec::new(),
+            min_ssimulacra2: 80.0,
+            path_bounds: Vec::new(),
+            max_pixels: 64 * 1024 * 1024,
+            estimate_lossy: true,
+            webp_lossless_level: 6,
+            png_level: 2,
+            png_timeout: Duration::from_secs(10),
+            png_skip_below: 0.7,
+            webp_method: 4,
+        }
+    }
+}
+
+/// `settings` (the server's `[images]`, or a build's `kiln.toml` `[images]`) on top of `base`;
+/// a bad glob or bound is an error naming it.
+pub fn apply(settings: &ImagesSettings, base: &ImageOptions) -> Result<ImageOptions, String> {
+    let mut o = base.clone();
+    let bound = |b: f64, what: &str| {
+        if (0.0..=100.0).contains(&b) {
+            Ok(b)
+        } else {
+            Err(format!(
+                "[images] {what} = {b}: ssimulacra2 bounds are 0 to 100"
+            ))
+        }
+    };
+    if let Some(v) = settings.lossless {
+        o.lossless = v;
+    }
+    match &settings.lossy {
+        Some(LossySetting::All(v)) => o.lossy = *v,
+        Some(LossySetting::Paths(globs)) => o.lossy_paths.extend(globs.iter().cloned()),
+        None => {}
+    }
+    if let Some(b) = settings.min_ssimulacra2 {
+        o.min_ssimulacra2 = bound(b, "min_ssimulacra2")?;
+    }
+    if let Some(p) = settings.max_pixels {
+        o.max_pixels = p;
+    }
+    if let Some(e) = settings.estimate_lossy {
+        o.estimate_lossy = e;
+    }
+    for rule in &settings.paths {
+        if rule.lossy == Some(true) {
+            o.lossy_paths.push(rule.pattern.clone());
+        }
+        if let Some(b) = rule.min_ssimulacra2 {
+            o.path_bounds.push((
+                rule.pattern.clone(),
+                bound(b, &format!("paths {:?} min_ssimulacra2", rule.pattern))?,
+            ));
+        }
+    }
+    for glob in o
+        .lossy_paths
+        .iter()
+        .chain(o.path_bounds.iter().map(|(g, _)| g))
+    {
+        Glob::new(glob).map_err(|e| format!("[images] glob {glob:?}: {e}"))?;
+    }
+    Ok(o)
+}
+
+/// Where the original of a re-encoded image is kept: `img/a.png` → `img/a.kiln-original.png`.
+pub fn original_path(path: &str) -> String {
+    let (dir, name) = path.rsplit_once('/').map_or(("", path), |(d, n)| (d, n));
+    let name = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => format!("{stem}.kiln-original.{ext}"),
+        _ => format!("{name}.kiln-original"),
+    };
+    if dir.is_empty() {
+        name
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Where the image is used, which decides the encodings it may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A standalone image (sprite, atlas, background, UI): any format a browser decodes.
+    Standalone,
+    /// An image a `.gltf` references: core glTF allows PNG and JPEG only.
+    GltfTexture,
+}
+
+/// One encoding the stage tried.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    /// `webp-lossless`, `png-optimized`, `webp-lossy`.
+    pub encoding: String,
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssimulacra2: Option<f64>,
+    /// Why it was not chosen (absent on the chosen one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+}
+
+/// What the lossy search found for an image where lossy is off: the bytes the image would
+/// take with lossy on at `bound` (the lossless result's where no quality beats it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LossyEstimate {
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssimulacra2: Option<f64>,
+    pub bound: f64,
+}
+
+/// The report of one image.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImageResult {
+    pub path: String,
+    pub role: Role,
+    /// The model that references it, for glTF textures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_by: Option<String>,
+    pub source_format: Format,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    /// `original`, or the chosen candidate's encoding.
+    pub chosen: String,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// Of the chosen bytes against the source (100 and no PSNR when pixel-identical).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssimulacra2: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psnr: Option<f64>,
+    /// GPU memory as RGBA8 with mipmaps (glTF textures; the same before and after until
+    /// GPU-compressed variants exist).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_bytes: Option<u64>,
+    pub encode_ms: u64,
+    pub candidates: Vec<Candidate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lossy_estimate: Option<LossyEstimate>,
+    /// Why the original is served (when it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
+}
+
+/// The outcome of one image: its report and, where something better was found, the bytes.
+#[derive(Debug)]
+pub struct Optimized {
+    pub result: ImageResult,
+    /// The chosen bytes and their format (`None`: the original is served).
+    pub chosen: Option<(Vec<u8>, Format)>,
+}
+
+/// The stage's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct ImagesReport {
+    pub images: u64,
+    pub re_encoded: u64,
+    pub kept: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub bytes_saved: u64,
+    /// Whether any image was encoded lossy.
+    pub lossy: bool,
+    /// With lossy at the bound where it is off: the images' bytes in total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_with_lossy: Option<u64>,
+    pub encode_ms: u64,
+    pub files: Vec<ImageResult>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImagesError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("kiln.toml: {0}")]
+    Config(String),
+}
+
+impl StageError for ImagesError {
+    fn is_permanent(&self) -> bool {
+        matches!(self, Self::Config(_))
+    }
+
+    fn file(&self) -> Option<String> {
+        match self {
+            Self::Io { path, .. } => Some(path.clone()),
+            Self::Config(_) => Some("kiln.toml".into()),
+        }
+    }
+}
+
+/// The image stage over a build's tree.
+pub struct Step;
+
+impl Stage for Step {
+    const NAME: &'static str = NAME;
+    type Input<'a> = Files<'a>;
+    type Options = ImageOptions;
+    type Output = (FileTree, Vec<ServedImage>);
+    type Report = ImagesReport;
+    type Error = ImagesError;
+
+    fn run(
+        files: Files<'_>,
+        options: &ImageOptions,
+        progress: &mut dyn FnMut(f64),
+    ) -> Result<((FileTree, Vec<ServedImage>), ImagesReport), ImagesError> {
+        optimize_tree(files, options, progress)
+    }
+}
+
+/// The images the stage works on: standalone images and `.gltf` textures of the game itself
+/// (not the outputs of other stages, such as VAT textures, which are data).
+fn game_images<'a>(files: &Files<'a>) -> impl Iterator<Item = (&'a InventoryEntry, Role)> {
+    files.inventory.entries.iter().filter_map(|e| {
+        if e.error.is_some() {
+            return None;
+        }
+        match e.kind {
+            FileKind::Texture if e.used_by.is_none() => Some((e, Role::Standalone)),
+            FileKind::GltfImage => Some((e, Role::GltfTexture)),
+            _ => None,
+        }
+    })
+}
+
+fn optimize_tree(
+    files: Files<'_>,
+    options: &ImageOptions,
+    progress: &mut dyn FnMut(f64),
+) -> Result<((FileTree, Vec<ServedImage>), ImagesReport), ImagesError> {
+    let globs = |patterns: &[&String]| -> Result<GlobSet, ImagesError> {
+        let mut set = GlobSetBuilder::new();
+        for p in patterns {
+            set.add(Glob::new(p).map_err(|e| ImagesError::Config(format!("glob {p:?}: {e}")))?);
+        }
+        set.build()
+            .map_err(|e| ImagesError::Config(format!("globs: {e}")))
+    };
+    let lossy_set = globs(&options.lossy_paths.iter().collect::<Vec<_>>())?;
+    let bound_globs: Vec<GlobSet> = options
+        .path_bounds
+        .iter()
+        .map(|(g, _)| globs(&[g]))
+        .collect::<Result<_, _>>()?;
+    let images: Vec<_> = game_images(&files).collect();
+    let mut tree = files.tree.clone();
+    let mut served = Vec::new();
+    let mut report = ImagesReport::default();
+    let mut with_lossy = 0u64;
+    let mut estimated = false;
+    for (n, (entry, role)) in images.iter().enumerate() {
+        let io = |source| ImagesError::Io {
+            path: entry.path.clone(),
+            source,
+        };
+        let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
+        let lossy = *role == Role::Standalone && (options.lossy || lossy_set.is_match(&entry.path));
+        let bound = options
+            .path_bounds
+            .iter()
+            .zip(&bound_globs)
+            .rev()
+            .find(|(_, set)| set.is_match(&entry.path))
+            .map_or(options.min_ssimulacra2, |((_, b), _)| *b);
+        let plan = Plan {
+            role: *role,
+            lossy,
+            bound,
+            data_texture: looks_like_data(&entry.path),
+        };
+        // A panic in a codec is this file's failure, not the build's.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            optimize_image(&bytes, &plan, options)
+        }))
+        .unwrap_or_else(|panic| Optimized {
+            result: kept_result(
+                &bytes,
+                &plan,
+                format!(
+                    "internal error: {}",
+                    crate::gltf::panic_message(panic.as_ref())
+                ),
+            ),
+            chosen: None,
+        });
+        let mut result = outcome.result;
+        result.path = entry.path.clone();
+        result.used_by = entry.used_by.clone().filter(|_| *role == Role::GltfTexture);
+        if let Some((chosen, _format)) = outcome.chosen {
+            let original = original_path(&entry.path);
+            if tree.contains(&original) {
+                result.kept = Some(format!("{original} already exists in the build"));
+                result.chosen = "original".into();
+                result.bytes_after = result.bytes_before;
+            } else {
+                super::add_file(&mut tree, &original, &bytes).map_err(io)?;
+                std::fs::write(tree.root.join(&entry.path), &chosen).map_err(io)?;
+                if let Some(f) = tree.files.iter_mut().find(|f| f.path == entry.path) {
+                    f.size = chosen.len() as u64;
+                }
+                served.push(ServedImage {
+                    path: entry.path.clone(),
+                    original,
+                    encoding: result.chosen.clone(),
+                });
+            }
+        }
+        report.images += 1;
+        if result.chosen == "original" {
+            report.kept += 1;
+        } else {
+            report.re_encoded += 1;
+        }
+        report.lossy |= result.chosen == "webp-lossy";
+        report.bytes_before += result.bytes_before;
+        report.bytes_after += result.bytes_after;
+        report.encode_ms += result.encode_ms;
+        with_lossy += match &result.lossy_estimate {
+            Some(e) => {
+                estimated = true;
+                e.bytes.min(result.bytes_after)
+            }
+            None => result.bytes_after,
+        };
+        report.files.push(result);
+        progress((n + 1) as f64 / images.len() as f64);
+    }
+    tree.files.sort_by(|a, b| a.path.cmp(&b.path));
+    report.bytes_saved = report.bytes_before.saturating_sub(report.bytes_after);
+    report.bytes_with_lossy = estimated.then_some(with_lossy);
+    Ok(((tree, served), report))
+}
+
+/// Names that say an image holds data, not colour: never perceptually lossy.
+fn looks_like_data(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    [
+        "normal",
+        "_nrm",
+        "_nor.",
+        "height",
+        "displacement",
+        "roughness",
+        "metallic",
+        "_orm",
+        "occlusion",
+    ]
+    .iter()
+    .any(|w| name.contains(w))
+}
+
+/// How one image is to be treated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub role: Role,
+    /// Lossy WebP allowed for this file.
+    pub lossy: bool,
+    /// Its ssimulacra2 bound.
+    pub bound: f64,
+    /// A data texture (normal, height, …): never perceptually lossy.
+    pub data_texture: bool,
+}
+
+fn kept_result(bytes: &[u8], plan: &Plan, why: String) -> ImageResult {
+    ImageResult {
+        path: String::new(),
+        role: plan.role,
+        used_by: None,
+        source_format: Format::sniff(bytes),
+        width: None,
+        height: None,
+        chosen: "original".into(),
+        bytes_before: bytes.len() as u64,
+        bytes_after: bytes.len() as u64,
+        ssimulacra2: None,
+        psnr: None,
+        gpu_bytes: None,
+        encode_ms: 0,
+        candidates: Vec::new(),
+        lossy_estimate: None,
+        kept: Some(why),
+    }
+}
+
+/// One image: the smallest encoding that shows the source's pixels (or, with lossy, pixels
+/// within the bound), or the original with the reason. Never fails: whatever goes wrong is
+/// the reason the original is kept.
+pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Optimized {
+    let start = Instant::now();
+    let format = Format::sniff(bytes);
+    let keep = |why: String| Optimized {
+        result: ImageResult {
+            encode_ms: start.elapsed().as_millis() as u64,
+            ..kept_result(bytes, plan, why)
+        },
+        chosen: None,
+    };
+    match format {
+        Format::Png | Format::Jpeg | Format::Webp => {}
+        Format::Gif | Format::Avif | Format::Ktx2 => {
+            return keep(format!("{} is kept as it is", format.name()));
+        }
+        Format::Other => return keep("not a PNG, JPEG or WebP image".into()),
+    }
+    if codec::is_animated(format, bytes) {
+        return keep(format!("an animated {}: kept as it is", format.name()));
+    }
+    let (width, height) = match codec::dimensions(format, bytes) {
+        Ok(d) => d,
+        Err(e) => return keep(format!("cannot read the image: {e}")),
+    };
+    let source = match codec::decode(format, bytes, options.max_pixels) {
+        Ok(image) => image,
+        Err(e) => {
+            let mut k = keep(format!("cannot decode the image: {e}"));
+            k.result.width = Some(width);
+            k.result.height = Some(height);
+            return k;
+        }
+    };
+    let rgba = source.to_rgba8();
+    // A WebP carries the source's colour profile (or is not made, where it cannot).
+    let webp_profile = match format {
+        Format::Png => match codec::png_colour_profile(bytes) {
+            Some(why) => Err(format!("the PNG carries {why}, which WebP cannot say")),
+            None => codec::icc_profile(format, bytes),
+        },
+        _ => codec::icc_profile(format, bytes),
+    };
+    let webp_of = |mode: WebpMode| -> Result<Vec<u8>, String> {
+        let profile = webp_profile.clone()?;
+        let webp = codec::encode_webp(&rgba, mode)?;
+        match profile {
+            Some(icc) => codec::with_icc_profile(&webp, &icc),
+            None => Ok(webp),
+        }
+    };
+    let mut candidates: Vec<(Candidate, Option<Vec<u8>>)> = Vec::new();
+    let exact = |out: &[u8], out_format: Format| -> Result<(), String> {
+        let back = codec::decode(out_format, out, options.max_pixels)
+            .map_err(|e| format!("our output does not decode: {e}"))?;
+        if codec::same_pixels(&source, &back) {
+            Ok(())
+        } else {
+            Err("decoded pixels differ from the source's".into())
+        }
+    };
+    // Records a candidate (checked pixel for pixel against the source where `verify` names
+    // the format to decode it as); the bytes it kept, if it was accepted.
+    let mut push = |encoding: &str, result: Result<Vec<u8>, String>, verify: Option<Format>| {
+        let (bytes_out, rejected) = match result {
+            Ok(out) => match verify.map(|f| exact(&out, f)) {
+                Some(Err(e)) => (out.len() as u64, Some(e)),
+                _ => {
+                    let n = out.len() as u64;
+                    candidates.push((
+                        Candidate {
+                            encoding: encoding.into(),
+                            bytes: n,
+                            quality: None,
+                            ssimulacra2: Some(100.0),
+                            rejected: None,
+                        },
+                        Some(out),
+                    ));
+                    return Some(n);
+                }
+            },
+            Err(e) => (0, Some(e)),
+        };
+        candidates.push((
+            Candidate {
+                encoding: encoding.into(),
+                bytes: bytes_out,
+                quality: None,
+                ssimulacra2: None,
+                rejected,
+            },
+            None,
+        ));
+        None
+    };
+    if options.lossless && format == Format::Png {
+        let mut webp_bytes = None;
+        if plan.role == Role::Standalone {
+            let webp = webp_of(WebpMode::Lossless {
+                level: options.webp_lossless_level,
+            });
+            webp_bytes = push("webp-lossless", webp, Some(Format::Webp));
+        }
+        // oxipng rarely takes more than a fifth off a PNG: where lossless WebP already took
+        // off more than `png_skip_below` of it, the PNG search (seconds on a large image)
+        // cannot win and is skipped.
+        let webp_won =
+            webp_bytes.is_some_and(|n| (n as f64) < options.png_skip_below * bytes.len() as f64);
+        if webp_won {
+            push(
+                "png-optimized",
+                Err(format!(
+                    "not tried: lossless WebP is under {:.0} % of the PNG, more than oxipng takes off",
+                    options.png_skip_below * 100.0
+                )),
+                None,
+            );
+        } else {
+            push(
+                "png-optimized",
+                codec::optimize_png(bytes, options.png_level, options.png_timeout),
+                Some(Format::Png),
+            );
+        }
+    }
+    // Lossy: for standalone PNG/JPEG sources, searched when on, or estimated when not.
+    let lossy_allowed = plan.role == Role::Standalone
+        && matches!(format, Format::Png | Format::Jpeg)
+        && !plan.data_texture
+        && webp_profile.is_ok();
+    let mut estimate = None;
+    if lossy_allowed && (plan.lossy || options.estimate_lossy) {
+        let best_lossless = candidates
+            .iter()
+            .filter(|(c, _)| c.rejected.is_none())
+            .map(|(c, _)| c.bytes)
+            .min()
+            .unwrap_or(bytes.len() as u64)
+            .min(bytes.len() as u64);
+        match lossy_search(
+            &rgba,
+            plan.bound,
+            &webp_of,
+            options.webp_method,
+            best_lossless,
+        ) {
+            Ok(Some((out, candidate))) => {
+                if plan.lossy {
+                    candidates.push((candidate, Some(out)));
+                } else {
+                    estimate = Some(LossyEstimate {
+                        bytes: candidate.bytes,
+                        quality: candidate.quality,
+                        ssimulacra2: candidate.ssimulacra2,
+                        bound: plan.bound,
+                    });
+                }
+            }
+            Ok(None) => {
+                if !plan.lossy {
+                    estimate = Some(LossyEstimate {
+                        bytes: best_lossless,
+                        quality: None,
+                        ssimulacra2: None,
+                        bound: plan.bound,
+                    });
+                } else {
+                    candidates.push((
+                        Candidate {
+                            encoding: "webp-lossy".into(),
+                            bytes: 0,
+                            quality: None,
+                            ssimulacra2: None,
+                            rejected: Some(format!(
+                                "no quality both reaches ssimulacra2 {} and is smaller than {best_lossless} bytes",
+                                plan.bound
+                            )),
+                        },
+                        None,
+                    ));
+                }
+            }
+            Err(e) => {
+                if plan.lossy {
+                    candidates.push((
+                        Candidate {
+                            encoding: "webp-lossy".into(),
+                            bytes: 0,
+                            quality: None,
+                            ssimulacra2: None,
+                            rejected: Some(e),
+                        },
+                        None,
+                    ));
+                }
+            }
+        }
+    }
+    // The smallest accepted candidate smaller than the source wins.
+    let original = bytes.len() as u64;
+    let best = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, (c, out))| c.rejected.is_none() && out.is_some() && c.bytes < original)
+        .min_by_key(|(_, (c, _))| c.bytes)
+        .map(|(i, _)| i);
+    for (i, (c, _)) in candidates.iter_mut().enumerate() {
+        if Some(i) != best && c.rejected.is_none() {
+            c.rejected = Some(if c.bytes >= original {
+                format!("not smaller than the original ({} bytes)", original)
+            } else {
+                "a smaller candidate was chosen".into()
+            });
+        }
+    }
+    let gpu_bytes =
+        (plan.role == Role::GltfTexture).then(|| u64::from(width) * u64::from(height) * 4 * 4 / 3);
+    let mut result = ImageResult {
+        path: String::new(),
+        role: plan.role,
+        used_by: None,
+        source_format: format,
+        width: Some(width),
+        height: Some(height),
+        chosen: "original".into(),
+        bytes_before: original,
+        bytes_after: original,
+        ssimulacra2: None,
+        psnr: None,
+        gpu_bytes,
+        encode_ms: 0,
+        candidates: Vec::new(),
+        lossy_estimate: estimate,
+        kept: None,
+    };
+    let mut chosen = None;
+    match best {
+        Some(i) => {
+            let (c, out) = &mut candidates[i];
+            let out = out.take().expect("accepted candidates carry their bytes");
+            let out_format = Format::sniff(&out);
+            result.chosen = c.encoding.clone();
+            result.bytes_after = c.bytes;
+            result.ssimulacra2 = c.ssimulacra2;
+            if c.encoding == "webp-lossy" {
+                result.psnr = codec::decode(out_format, &out, options.max_pixels)
+                    .ok()
+                    .and_then(|d| score::score(&rgba, &d.to_rgba8()).ok())
+                    .and_then(|s| s.psnr);
+            }
+            chosen = Some((out, out_format));
+        }
+        None => {
+            result.kept = Some(match format {
+                Format::Jpeg if !plan.lossy => {
+                    "a JPEG is never made lossless WebP (it only grows); lossy is off".into()
+                }
+                Format::Webp => "already WebP".into(),
+                _ if candidates.is_empty() => "no encoding applies".into(),
+                _ => "no candidate is smaller than the original".into(),
+            });
+        }
+    }
+    result.candidates = candidates.into_iter().map(|(c, _)| c).collect();
+    result.encode_ms = start.elapsed().as_millis() as u64;
+    Optimized { result, chosen }
+}
+
+/// The smallest lossy WebP whose ssimulacra2 reaches `bound` and that is smaller than
+/// `smaller_than`: a bisection over the quality (at most 7 encodes and scores), keeping the
+/// smallest passing candidate. `None` when no quality passes.
+fn lossy_search(
+    rgba: &image::RgbaImage,
+    bound: f64,
+    encode: &dyn Fn(WebpMode) -> Result<Vec<u8>, String>,
+    method: u8,
+    smaller_than: u64,
+) -> Result<Option<(Vec<u8>, Candidate)>, String> {
+    let (mut lo, mut hi) = (30i32, 100i32);
+    let mut best: Option<(Vec<u8>, Candidate)> = None;
+    while lo <= hi {
+        let q = (lo + hi) / 2;
+        let out = encode(WebpMode::Lossy {
+            quality: q as f32,
+            method,
+        })?;
+        let back = codec::decode(Format::Webp, &out, u64::MAX)
+            .map_err(|e| format!("our lossy output does not decode: {e}"))?;
+        let s = score::score(rgba, &back.to_rgba8())?;
+        if s.ssimulacra2 >= bound {
+            let n = out.len() as u64;
+            if n < smaller_than && best.as_ref().is_none_or(|(_, c)| n < c.bytes) {
+                best = Some((
+                    out,
+                    Candidate {
+                        encoding: "webp-lossy".into(),
+                        bytes: n,
+                        quality: Some(q as f32),
+                        ssimulacra2: Some(s.ssimulacra2),
+                        rejected: None,
+                    },
+                ));
+            }
+            hi = q - 1;
+        } else {
+            lo = q + 1;
+        }
+    }
+    Ok(best)
+}
+
+/// The decoded source image, for callers that score outputs themselves (the benchmark).
+pub fn decode_source(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, String> {
+    codec::decode(Format::sniff(bytes), bytes, max_pixels)
+}

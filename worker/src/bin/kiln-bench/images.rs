@@ -1,0 +1,341 @@
+//! `kiln-bench images DIR`: the images stage on every PNG and JPEG under DIR beside `cwebp`
+//! (Debian's `webp` package), in the same run, as ratios:
+//! - lossless: Kiln's choice (lossless WebP or optimised PNG, pixel-checked) against
+//!   `cwebp -lossless -exact` (PNG sources; a JPEG stays as it is in both);
+//! - bounded lossy: Kiln's smallest WebP at ssimulacra2 ≥ 80 against the smallest cwebp
+//!   quality (`-q Q -m 4 -sharp_yuv -alpha_q 100`) that reaches the same score, both scored
+//!   by the same code on what the player sees;
+//! - encode time of each, and GPU memory as RGBA8 with mipmaps (unchanged until KTX2 lands).
+//!
+//! Targets (issue 32): lossless total ≤ 1.00× cwebp; bounded lossy ≤ 1.00× cwebp at equal
+//! ssimulacra2, per image; encode time within 2× of the anchor. Each is printed `met` or
+//! `NOT met` with the images that miss it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use kiln_stages::stages::images::{self, ImageOptions, Plan, Role, score};
+
+fn images_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "node_modules") {
+                continue;
+            }
+            images_under(&path, out);
+        } else if path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"))
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// `cwebp ARGS -o OUT SRC`: the output's bytes and the seconds it took.
+fn cwebp(src: &Path, args: &[&str], out: &Path) -> Option<(Vec<u8>, f64)> {
+    let start = Instant::now();
+    let status = Command::new("cwebp")
+        .args(args)
+        .arg("-quiet")
+        .arg(src)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .ok()?;
+    let secs = start.elapsed().as_secs_f64();
+    status
+        .success()
+        .then(|| (std::fs::read(out).ok(), secs))
+        .and_then(|(b, s)| Some((b?, s)))
+}
+
+/// The smallest cwebp lossy output whose ssimulacra2 reaches `target` (bisection over the
+/// quality, as Kiln's own search): (bytes, quality, score, seconds for the whole search).
+fn cwebp_at_score(
+    src: &Path,
+    source: &image::RgbaImage,
+    target: f64,
+    out: &Path,
+) -> Option<(u64, u32, f64, f64)> {
+    let (mut lo, mut hi) = (30u32, 100u32);
+    let mut best: Option<(u64, u32, f64)> = None;
+    let mut secs = 0.0;
+    while lo <= hi {
+        let q = (lo + hi) / 2;
+        let qs = q.to_string();
+        let (bytes, s) = cwebp(
+            src,
+            &["-q", &qs, "-m", "4", "-sharp_yuv", "-alpha_q", "100"],
+            out,
+        )?;
+        secs += s;
+        let decoded = image::load_from_memory(&bytes).ok()?.to_rgba8();
+        let score = score::score(source, &decoded).ok()?.ssimulacra2;
+        if score >= target {
+            let n = bytes.len() as u64;
+            if best.is_none_or(|(b, _, _)| n < b) {
+                best = Some((n, q, score));
+            }
+            if q == 0 {
+                break;
+            }
+            hi = q - 1;
+        } else {
+            lo = q + 1;
+        }
+    }
+    best.map(|(b, q, s)| (b, q, s, secs))
+}
+
+struct Row {
+    name: String,
+    source: u64,
+    kiln_lossless: u64,
+    kiln_lossless_choice: String,
+    kiln_lossless_secs: f64,
+    cwebp_lossless: Option<(u64, f64)>,
+    /// Kiln lossy: bytes, score, seconds; cwebp at the same score: bytes, quality, score.
+    kiln_lossy: Option<(u64, f64, f64)>,
+    cwebp_lossy: Option<(u64, u32, f64, f64)>,
+    gpu_bytes: u64,
+}
+
+pub fn run(args: &[String]) {
+    let dir = PathBuf::from(&args[2]);
+    let mut paths = Vec::new();
+    images_under(&dir, &mut paths);
+    if paths.is_empty() {
+        eprintln!("kiln-bench images: no PNG or JPEG under {}", dir.display());
+        std::process::exit(1);
+    }
+    let has_cwebp = Command::new("cwebp")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_cwebp {
+        eprintln!(
+            "kiln-bench images: cwebp not found (Debian's webp package): the anchor columns stay empty"
+        );
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            std::process::exit(1);
+        }
+    }
+    let scratch = std::env::temp_dir().join(format!("kiln-bench-images-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let options = ImageOptions {
+        estimate_lossy: false,
+        ..ImageOptions::default()
+    };
+    let mut rows = Vec::new();
+    for path in &paths {
+        let name = path
+            .strip_prefix(&dir)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let bytes = std::fs::read(path).expect("read image");
+        let plan = |lossy| Plan {
+            role: Role::Standalone,
+            lossy,
+            bound: options.min_ssimulacra2,
+            data_texture: false,
+        };
+        let start = Instant::now();
+        let lossless = images::optimize_image(&bytes, &plan(false), &options);
+        let lossless_secs = start.elapsed().as_secs_f64();
+        let Some(width) = lossless.result.width else {
+            eprintln!("{name}: {}", lossless.result.kept.unwrap_or_default());
+            continue;
+        };
+        let height = lossless.result.height.unwrap_or(0);
+        let start = Instant::now();
+        let lossy = images::optimize_image(&bytes, &plan(true), &options);
+        let lossy_secs = start.elapsed().as_secs_f64();
+        let kiln_lossy = (lossy.result.chosen == "webp-lossy").then(|| {
+            (
+                lossy.result.bytes_after,
+                lossy.result.ssimulacra2.unwrap_or(0.0),
+                lossy_secs,
+            )
+        });
+        let is_png = lossless.result.source_format == images::codec::Format::Png;
+        let out = scratch.join("anchor.webp");
+        let cwebp_lossless = if has_cwebp && is_png {
+            cwebp(path, &["-lossless", "-exact"], &out).map(|(b, s)| (b.len() as u64, s))
+        } else if has_cwebp {
+            // A JPEG: both keep it as it is in lossless mode.
+            Some((bytes.len() as u64, 0.0))
+        } else {
+            None
+        };
+        let cwebp_lossy = match (&kiln_lossy, has_cwebp) {
+            (Some((_, s2, _)), true) => {
+                let source = images::decode_source(&bytes, options.max_pixels)
+                    .expect("decoded above")
+                    .to_rgba8();
+                cwebp_at_score(path, &source, *s2, &out)
+            }
+            _ => None,
+        };
+        rows.push(Row {
+            name,
+            source: bytes.len() as u64,
+            kiln_lossless: lossless.result.bytes_after,
+            kiln_lossless_choice: lossless.result.chosen.clone(),
+            kiln_lossless_secs: lossless_secs,
+            cwebp_lossless,
+            kiln_lossy,
+            cwebp_lossy,
+            gpu_bytes: u64::from(width) * u64::from(height) * 4 * 4 / 3,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    print_table(&rows);
+}
+
+fn ratio(a: u64, b: u64) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.3}", a as f64 / b as f64)
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<46} {:>9} | {:>9} {:>13} {:>9} {:>6} | {:>9} {:>6} {:>9} {:>6} {:>6} | {:>6} {:>6}",
+        "image",
+        "source",
+        "kiln",
+        "choice",
+        "cwebp-ll",
+        "ratio",
+        "kiln-lsy",
+        "s2",
+        "cwebp@s2",
+        "q",
+        "ratio",
+        "t-kiln",
+        "t-cweb"
+    );
+    let (mut src, mut kl, mut cl, mut gpu) = (0u64, 0u64, 0u64, 0u64);
+    let (mut ky, mut cy) = (0u64, 0u64);
+    let mut lossy_misses = Vec::new();
+    let mut time_misses = Vec::new();
+    for r in rows {
+        src += r.source;
+        kl += r.kiln_lossless;
+        gpu += r.gpu_bytes;
+        if let Some((c, _)) = r.cwebp_lossless {
+            cl += c;
+        }
+        let anchor_secs = r.cwebp_lossless.map_or(0.0, |(_, s)| s);
+        if anchor_secs > 0.0 && r.kiln_lossless_secs > 2.0 * anchor_secs {
+            time_misses.push(format!(
+                "{} ({:.2} s vs {:.2} s)",
+                r.name, r.kiln_lossless_secs, anchor_secs
+            ));
+        }
+        let (lossy_cols, lossy_ratio) = match (&r.kiln_lossy, &r.cwebp_lossy) {
+            (Some((k, s2, _)), Some((c, q, _, _))) => {
+                ky += k;
+                cy += c;
+                if k > c {
+                    lossy_misses.push(format!("{} ({k} vs {c})", r.name));
+                }
+                (format!("{k:>9} {s2:>6.1} {c:>9} {q:>6}"), ratio(*k, *c))
+            }
+            (Some((k, s2, _)), None) => (
+                format!("{k:>9} {s2:>6.1} {:>9} {:>6}", "-", "-"),
+                "-".into(),
+            ),
+            _ => (
+                format!("{:>9} {:>6} {:>9} {:>6}", "kept", "-", "-", "-"),
+                "-".into(),
+            ),
+        };
+        println!(
+            "{:<46} {:>9} | {:>9} {:>13} {:>9} {:>6} | {lossy_cols} {:>6} | {:>6.2} {:>6.2}",
+            truncate(&r.name, 46),
+            r.source,
+            r.kiln_lossless,
+            r.kiln_lossless_choice,
+            r.cwebp_lossless.map_or("-".into(), |(c, _)| c.to_string()),
+            r.cwebp_lossless
+                .map_or("-".into(), |(c, _)| ratio(r.kiln_lossless, c)),
+            lossy_ratio,
+            r.kiln_lossless_secs,
+            anchor_secs,
+        );
+    }
+    println!(
+        "{:<46} {:>9} | {:>9} {:>13} {:>9} {:>6} | {:>9} {:>6} {:>9} {:>6} {:>6} |",
+        format!("total ({} images)", rows.len()),
+        src,
+        kl,
+        format!(
+            "{:.1} % saved",
+            100.0 * (1.0 - kl as f64 / src.max(1) as f64)
+        ),
+        cl,
+        ratio(kl, cl),
+        ky,
+        "",
+        cy,
+        "",
+        ratio(ky, cy),
+    );
+    println!(
+        "GPU memory as RGBA8 with mipmaps: {:.1} MiB (unchanged: no KTX2 variants yet)",
+        gpu as f64 / (1 << 20) as f64
+    );
+    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!(
+        "target lossless total <= 1.00x cwebp -lossless -exact: {} ({})",
+        met(cl > 0 && kl <= cl),
+        ratio(kl, cl)
+    );
+    println!(
+        "target bounded lossy <= 1.00x cwebp at equal ssimulacra2, per image: {}{}",
+        met(lossy_misses.is_empty() && cy > 0),
+        if lossy_misses.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", lossy_misses.join(", "))
+        }
+    );
+    println!(
+        "target lossless encode time within 2x cwebp: {}{}",
+        met(time_misses.is_empty()),
+        if time_misses.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", time_misses.join(", "))
+        }
+    );
+    assert!(!rows.is_empty(), "the benchmark produced data");
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let tail: String = s
+            .chars()
+            .rev()
+            .take(n - 1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("…{tail}")
+    }
+}

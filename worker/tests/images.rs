@@ -1,0 +1,658 @@
+//! The images stage: what each kind of image gets, judged by decoders other than the one
+//! that encoded it (WebP written by libwebp is read back by `image`'s pure-Rust decoder),
+//! with controls that must fail the same checks; the bad inputs of issue 32, each with the
+//! answer it gets; and the whole pipeline through `kiln-worker process`.
+
+mod support;
+
+use std::io::{Cursor, Write};
+use std::process::Command;
+
+use image::{DynamicImage, ImageFormat, RgbaImage};
+use kiln_stages::stages::images::codec::{self, Format};
+use kiln_stages::stages::images::score;
+use kiln_stages::stages::images::{ImageOptions, Optimized, Plan, Role, optimize_image};
+
+/// A sprite sheet: flat shapes with hard edges on a transparent background, colour kept
+/// under the transparent pixels (as exporters leave it).
+fn sprite(width: u32, height: u32) -> RgbaImage {
+    RgbaImage::from_fn(width, height, |x, y| {
+        let cell = (x / 32 + y / 32) % 4;
+        let inside = (x % 32).abs_diff(16).pow(2) + (y % 32).abs_diff(16).pow(2) < 150;
+        let colour = [[230, 60, 40], [40, 180, 90], [50, 90, 220], [240, 200, 40]][cell as usize];
+        // Shaded like drawn art: the shade follows the position inside the shape.
+        let shade = |c: u8| (u32::from(c) * (160 + (x * 3 + y * 5) % 96) / 255) as u8;
+        if inside {
+            image::Rgba([shade(colour[0]), shade(colour[1]), shade(colour[2]), 255])
+        } else {
+            image::Rgba([colour[0] / 2, colour[1] / 2, 17, 0])
+        }
+    })
+}
+
+/// The sprite with a grainy backdrop under its transparent pixels: colour a lossless encoder
+/// must keep although no premultiplying engine shows it.
+fn grainy_sprite(width: u32, height: u32) -> RgbaImage {
+    let grain = background(width, height);
+    let mut source = sprite(width, height);
+    for (p, g) in source.pixels_mut().zip(grain.pixels()) {
+        if p.0[3] == 0 {
+            p.0 = [g.0[0], g.0[1], g.0[2], 0];
+        }
+    }
+    source
+}
+
+/// A background: smooth gradients with grain, opaque (what lossy shrinks most).
+fn background(width: u32, height: u32) -> RgbaImage {
+    let mut state = 7u32;
+    RgbaImage::from_fn(width, height, |x, y| {
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        let grain = ((state >> 16) % 9) as i32 - 4;
+        let c = |v: i32| (v + grain).clamp(0, 255) as u8;
+        image::Rgba([
+            c((x * 255 / width) as i32),
+            c((y * 200 / height) as i32 + 30),
+            c(((x + y) * 120 / (width + height)) as i32 + 90),
+            255,
+        ])
+    })
+}
+
+fn encode(image: &DynamicImage, format: ImageFormat) -> Vec<u8> {
+    let mut out = Cursor::new(Vec::new());
+    image.write_to(&mut out, format).unwrap();
+    out.into_inner()
+}
+
+fn png_of(image: &RgbaImage) -> Vec<u8> {
+    encode(&DynamicImage::ImageRgba8(image.clone()), ImageFormat::Png)
+}
+
+fn plan(role: Role, lossy: bool) -> Plan {
+    Plan {
+        role,
+        lossy,
+        bound: ImageOptions::default().min_ssimulacra2,
+        data_texture: false,
+    }
+}
+
+fn run(bytes: &[u8], plan: &Plan) -> Optimized {
+    optimize_image(bytes, plan, &ImageOptions::default())
+}
+
+/// The chosen bytes, decoded by `image` (not libwebp), against the source's pixels.
+fn decoded(bytes: &[u8]) -> DynamicImage {
+    image::load_from_memory(bytes).expect("decodes")
+}
+
+#[test]
+fn a_png_becomes_lossless_webp_with_every_pixel_and_the_colour_under_transparency() {
+    let source = grainy_sprite(256, 128);
+    let png = png_of(&source);
+    let out = run(&png, &plan(Role::Standalone, false));
+    let (bytes, format) = out.chosen.expect("re-encoded");
+    assert_eq!(format, Format::Webp, "{:?}", out.result.candidates);
+    assert_eq!(out.result.chosen, "webp-lossless");
+    assert!(bytes.len() < png.len(), "{} vs {}", bytes.len(), png.len());
+    assert_eq!(out.result.bytes_after, bytes.len() as u64);
+    assert_eq!(
+        decoded(&bytes).to_rgba8().as_raw(),
+        source.as_raw(),
+        "pixels and hidden colour"
+    );
+    // Controls the same comparison must reject: premultiplied colour, swapped channels, the
+    // hidden colour cleared (what encoders without `exact` do).
+    let mut premultiplied = source.clone();
+    let mut swapped = source.clone();
+    let mut cleared = source.clone();
+    for ((p, s), c) in premultiplied
+        .pixels_mut()
+        .zip(swapped.pixels_mut())
+        .zip(cleared.pixels_mut())
+    {
+        if p.0[3] == 0 {
+            p.0 = [0, 0, 0, 0];
+            c.0 = [0, 0, 0, 0];
+        }
+        s.0.swap(0, 2);
+    }
+    for control in [&premultiplied, &swapped, &cleared] {
+        assert_ne!(decoded(&bytes).to_rgba8().as_raw(), control.as_raw());
+    }
+    // The report says what was tried.
+    let tried: Vec<_> = out
+        .result
+        .candidates
+        .iter()
+        .map(|c| c.encoding.as_str())
+        .collect();
+    assert_eq!(tried, ["webp-lossless", "png-optimized"]);
+    assert_eq!(out.result.ssimulacra2, Some(100.0));
+}
+
+#[test]
+fn a_gltf_texture_stays_png_and_only_gets_smaller() {
+    // A PNG written without compression: oxipng must shrink it; WebP is not core glTF.
+    let source = sprite(128, 128);
+    let mut png = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut png, 128, 128);
+        enc.set_color(png::ColorType::Rgba);
+        enc.set_compression(png::Compression::NoCompression);
+        enc.write_header()
+            .unwrap()
+            .write_image_data(source.as_raw())
+            .unwrap();
+    }
+    let out = run(&png, &plan(Role::GltfTexture, true));
+    let (bytes, format) = out.chosen.expect("re-encoded");
+    assert_eq!(format, Format::Png);
+    assert_eq!(out.result.chosen, "png-optimized");
+    assert_eq!(decoded(&bytes).to_rgba8().as_raw(), source.as_raw());
+    assert_eq!(out.result.gpu_bytes, Some(128 * 128 * 4 * 4 / 3));
+    assert!(
+        out.result
+            .candidates
+            .iter()
+            .all(|c| c.encoding != "webp-lossless")
+    );
+}
+
+#[test]
+fn lossy_keeps_the_smallest_webp_at_or_above_the_bound_and_reports_it_when_off() {
+    let source = background(256, 256);
+    let png = png_of(&source);
+    let off = run(&png, &plan(Role::Standalone, false));
+    let estimate = off.result.lossy_estimate.clone().expect("estimated");
+    assert!(estimate.ssimulacra2.unwrap() >= 80.0);
+    let lossless = off.result.bytes_after;
+    assert!(estimate.bytes < lossless, "{estimate:?} vs {lossless}");
+
+    let on = run(&png, &plan(Role::Standalone, true));
+    let (bytes, format) = on.chosen.expect("re-encoded");
+    assert_eq!(format, Format::Webp);
+    assert_eq!(on.result.chosen, "webp-lossy");
+    assert_eq!(bytes.len() as u64, estimate.bytes);
+    // Scored again here on what `image` decodes: at the bound or above.
+    let again = score::score(&source, &decoded(&bytes).to_rgba8()).unwrap();
+    assert!(again.ssimulacra2 >= 80.0, "{again:?}");
+    assert!(on.result.psnr.is_some());
+    // The control: a fixed low quality fails the same bound.
+    let q10 = codec::encode_webp(
+        &source,
+        codec::WebpMode::Lossy {
+            quality: 10.0,
+            method: 4,
+        },
+    )
+    .unwrap();
+    assert!(
+        score::score(&source, &decoded(&q10).to_rgba8())
+            .unwrap()
+            .ssimulacra2
+            < 80.0
+    );
+    // A stricter bound costs bytes.
+    let strict = optimize_image(
+        &png,
+        &Plan {
+            bound: 90.0,
+            ..plan(Role::Standalone, true)
+        },
+        &ImageOptions::default(),
+    );
+    assert!(strict.result.bytes_after >= on.result.bytes_after);
+    // Data textures are never perceptually lossy.
+    let normal = optimize_image(
+        &png,
+        &Plan {
+            data_texture: true,
+            ..plan(Role::Standalone, true)
+        },
+        &ImageOptions::default(),
+    );
+    assert_ne!(normal.result.chosen, "webp-lossy");
+}
+
+/// A PNG with an RGB ICC profile (FlightHelmet's textures have one): the WebP carries the same
+/// profile, so browsers colour-manage it alike; a profile for other colour (CMYK, grey) is not
+/// put on RGB pixels, and that PNG stays PNG.
+#[test]
+fn a_colour_profile_travels_into_the_webp() {
+    let profile = |space: &[u8; 4]| {
+        let mut p = vec![0u8; 132];
+        p[..4].copy_from_slice(&132u32.to_be_bytes());
+        p[12..16].copy_from_slice(b"mntr");
+        p[16..20].copy_from_slice(space);
+        p[36..40].copy_from_slice(b"acsp");
+        p
+    };
+    let with_profile = |icc: Vec<u8>| {
+        let mut png = Vec::new();
+        let mut info = png::Info::with_size(256, 128);
+        info.color_type = png::ColorType::Rgba;
+        info.icc_profile = Some(std::borrow::Cow::Owned(icc));
+        let mut enc = png::Encoder::with_info(&mut png, info).unwrap();
+        enc.set_compression(png::Compression::NoCompression);
+        enc.write_header()
+            .unwrap()
+            .write_image_data(grainy_sprite(256, 128).as_raw())
+            .unwrap();
+        png
+    };
+    let rgb = with_profile(profile(b"RGB "));
+    let out = run(&rgb, &plan(Role::Standalone, false));
+    let (bytes, format) = out.chosen.expect("re-encoded");
+    assert_eq!(format, Format::Webp, "{:?}", out.result.candidates);
+    assert_eq!(
+        codec::icc_profile(Format::Webp, &bytes).unwrap(),
+        Some(profile(b"RGB ")),
+        "the WebP carries the PNG's profile"
+    );
+    assert_eq!(
+        decoded(&bytes).to_rgba8().as_raw(),
+        grainy_sprite(256, 128).as_raw()
+    );
+    let cmyk = with_profile(profile(b"CMYK"));
+    let out = run(&cmyk, &plan(Role::Standalone, true));
+    let webp = out
+        .result
+        .candidates
+        .iter()
+        .find(|c| c.encoding == "webp-lossless")
+        .unwrap();
+    assert!(
+        webp.rejected.as_deref().unwrap().contains("CMYK"),
+        "{webp:?}"
+    );
+    assert_ne!(out.result.chosen, "webp-lossy");
+}
+
+#[test]
+fn a_jpeg_is_never_made_lossless_webp() {
+    let jpeg = encode(
+        &DynamicImage::ImageRgb8(DynamicImage::ImageRgba8(background(128, 128)).to_rgb8()),
+        ImageFormat::Jpeg,
+    );
+    let out = run(&jpeg, &plan(Role::Standalone, false));
+    assert!(out.chosen.is_none());
+    assert_eq!(out.result.source_format, Format::Jpeg);
+    assert!(out.result.kept.as_deref().unwrap().contains("JPEG"));
+    assert!(out.result.candidates.is_empty());
+}
+
+/// Each bad or unusual input of issue 32 and what it gets: re-encoded (pixels checked), or
+/// kept with its reason. Nothing panics.
+#[test]
+fn every_bad_or_unusual_image_gets_a_clear_answer() {
+    let sprite_png = png_of(&sprite(64, 64));
+    let mut cases: Vec<(&str, Vec<u8>, Expect)> = Vec::new();
+    // Truncated and corrupt files.
+    cases.push((
+        "truncated PNG",
+        sprite_png[..sprite_png.len() / 2].to_vec(),
+        Expect::Kept("cannot decode"),
+    ));
+    let mut corrupt = sprite_png.clone();
+    for b in corrupt.iter_mut().skip(60).step_by(7) {
+        *b ^= 0x5A;
+    }
+    cases.push(("corrupt PNG", corrupt, Expect::Kept("cannot")));
+    cases.push((
+        "truncated JPEG",
+        encode(
+            &DynamicImage::ImageRgb8(image::RgbImage::new(64, 64)),
+            ImageFormat::Jpeg,
+        )[..100]
+            .to_vec(),
+        Expect::Kept("JPEG|cannot"),
+    ));
+    cases.push((
+        "truncated WebP",
+        b"RIFF\x20\0\0\0WEBPVP8L\x10\0\0\0\x2f".to_vec(),
+        Expect::Kept("cannot"),
+    ));
+    // A decompression bomb: a header claiming 50 000 × 50 000 pixels.
+    cases.push((
+        "50 000² PNG",
+        bomb_png(50_000, 50_000),
+        Expect::Kept("limit"),
+    ));
+    // 16-bit, palette and grey PNGs: pixel-exact re-encodings only.
+    let deep = DynamicImage::ImageRgba16(image::ImageBuffer::from_fn(64, 64, |x, y| {
+        image::Rgba([(x * 1000 + 7) as u16, (y * 900 + 3) as u16, 12345, 65535])
+    }));
+    cases.push((
+        "16-bit PNG",
+        encode(&deep, ImageFormat::Png),
+        Expect::ExactOrKept,
+    ));
+    let mut palette = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut palette, 64, 64);
+        enc.set_color(png::ColorType::Indexed);
+        enc.set_palette(
+            (0..=255u8)
+                .flat_map(|i| [i, 255 - i, i / 2])
+                .collect::<Vec<_>>(),
+        );
+        enc.set_compression(png::Compression::NoCompression);
+        let data: Vec<u8> = (0..64 * 64)
+            .map(|i| ((i / 64 + i % 64) % 256) as u8)
+            .collect();
+        enc.write_header().unwrap().write_image_data(&data).unwrap();
+    }
+    cases.push(("palette PNG", palette, Expect::ExactOrKept));
+    let grey = DynamicImage::ImageLuma8(image::GrayImage::from_fn(64, 64, |x, y| {
+        image::Luma([((x * 4) ^ (y * 4)) as u8])
+    }));
+    cases.push((
+        "grey PNG",
+        encode(&grey, ImageFormat::Png),
+        Expect::ExactOrKept,
+    ));
+    // Animated PNG: kept.
+    let mut apng = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut apng, 16, 16);
+        enc.set_color(png::ColorType::Rgba);
+        enc.set_animated(2, 0).unwrap();
+        let mut w = enc.write_header().unwrap();
+        w.write_image_data(&[255u8; 16 * 16 * 4]).unwrap();
+        w.write_image_data(&[0u8; 16 * 16 * 4]).unwrap();
+    }
+    cases.push(("animated PNG", apng, Expect::Kept("animated")));
+    // A `.png` that is really a JPEG: treated as the JPEG it is.
+    cases.push((
+        "JPEG named .png",
+        encode(
+            &DynamicImage::ImageRgb8(image::RgbImage::new(32, 32)),
+            ImageFormat::Jpeg,
+        ),
+        Expect::JpegKept,
+    ));
+    // A PNG with an ICC profile: WebP would drop it; the optimised PNG keeps it.
+    let mut icc = Vec::new();
+    {
+        let mut info = png::Info::with_size(64, 64);
+        info.color_type = png::ColorType::Rgba;
+        info.icc_profile = Some(std::borrow::Cow::Owned(vec![0u8; 128]));
+        let mut enc = png::Encoder::with_info(&mut icc, info).unwrap();
+        enc.set_compression(png::Compression::NoCompression);
+        enc.write_header()
+            .unwrap()
+            .write_image_data(sprite(64, 64).as_raw())
+            .unwrap();
+    }
+    cases.push(("PNG with ICC profile", icc, Expect::NotWebp));
+    // Not an image at all, and empty.
+    cases.push((
+        "text named .png",
+        b"hello".to_vec(),
+        Expect::Kept("not a PNG"),
+    ));
+    cases.push(("empty file", Vec::new(), Expect::Kept("not a PNG")));
+
+    let mut checked = 0;
+    for (name, bytes, expect) in &cases {
+        for lossy in [false, true] {
+            let out = run(bytes, &plan(Role::Standalone, lossy));
+            let expect = match expect {
+                // Lossless never makes a JPEG WebP; lossy may (within the bound).
+                Expect::JpegKept if !lossy => &Expect::Kept("JPEG"),
+                Expect::JpegKept => &Expect::ExactOrKept,
+                other => other,
+            };
+            match expect {
+                Expect::Kept(why) => {
+                    assert!(out.chosen.is_none(), "{name}: kept");
+                    let reason = out.result.kept.clone().unwrap_or_default();
+                    assert!(
+                        why.split('|').any(|w| reason.contains(w)),
+                        "{name}: {reason:?} should say {why:?}"
+                    );
+                }
+                Expect::JpegKept => unreachable!(),
+                Expect::ExactOrKept | Expect::NotWebp => {
+                    if let Some((out_bytes, format)) = &out.chosen {
+                        if *expect == Expect::NotWebp {
+                            assert_eq!(*format, Format::Png, "{name}");
+                        }
+                        if out.result.chosen != "webp-lossy" {
+                            let a = codec::decode(Format::sniff(bytes), bytes, 1 << 30).unwrap();
+                            let b = codec::decode(*format, out_bytes, 1 << 30).unwrap();
+                            assert!(codec::same_pixels(&a, &b), "{name}: pixel-exact");
+                        }
+                    } else {
+                        assert!(out.result.kept.is_some(), "{name}: says why");
+                    }
+                }
+            }
+            assert_eq!(out.result.bytes_before, bytes.len() as u64);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, cases.len() * 2);
+    assert_eq!(cases.len(), 13);
+}
+
+/// A PNG of `width` × `height` grey pixels whose IDAT holds the first rows' zeros only: a
+/// few hundred bytes that claim gigabytes once decoded.
+fn bomb_png(width: u32, height: u32) -> Vec<u8> {
+    let chunk = |out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]| {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(kind);
+        out.extend_from_slice(data);
+        let mut crc = flate2::Crc::new();
+        crc.update(kind);
+        crc.update(data);
+        out.extend_from_slice(&crc.sum().to_be_bytes());
+    };
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&width.to_be_bytes());
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 0, 0, 0, 0]);
+    chunk(&mut png, b"IHDR", &ihdr);
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&vec![0u8; 4 * (width as usize + 1)]).unwrap();
+    chunk(&mut png, b"IDAT", &z.finish().unwrap());
+    chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+#[derive(PartialEq)]
+enum Expect {
+    Kept(&'static str),
+    ExactOrKept,
+    NotWebp,
+    JpegKept,
+}
+
+fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    for (name, data) in entries {
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(data).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+/// The whole pipeline: a 2D build's images served at their own paths as WebP (true type in
+/// the key), the originals published and listed, a glTF texture kept PNG, the report and a
+/// build setting turning lossy on for one folder; a bad `[images]` key fails the build naming it.
+#[test]
+fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals() {
+    let dir = tempfile::tempdir().unwrap();
+    let sprite = png_of(&grainy_sprite(256, 128));
+    let texture = png_of(&self::sprite(256, 128));
+    let bg = png_of(&background(256, 256));
+    let gltf = br#"{"asset":{"version":"2.0"},"images":[{"uri":"tex.png"}]}"#;
+    let kiln_toml = b"[images]\nlossy = [\"bg/**\"]\n";
+    let package = dir.path().join("game.zip");
+    std::fs::write(
+        &package,
+        zip_with(&[
+            ("index.html", b"<!doctype html><img src=sprites/a.png>"),
+            ("sprites/a.png", &sprite),
+            ("bg/sky.png", &bg),
+            ("models/m.gltf", gltf),
+            ("models/tex.png", &texture),
+            ("kiln.toml", kiln_toml),
+        ]),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let status = Command::new(env!("CARGO_BIN_EXE_kiln-worker"))
+        .args([
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("KILN_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let file = |path: &str| {
+        manifest["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap_or_else(|| panic!("{path} in the manifest"))
+            .clone()
+    };
+    let object =
+        |f: &serde_json::Value| std::fs::read(out.join(f["key"].as_str().unwrap())).unwrap();
+    // The sprite's own path serves lossless WebP, named and typed as WebP.
+    let a = file("sprites/a.png");
+    assert!(a["key"].as_str().unwrap().ends_with(".webp"), "{a}");
+    assert_eq!(a["content_type"], "image/webp");
+    assert_eq!(
+        decoded(&object(&a)).to_rgba8().as_raw(),
+        decoded(&sprite).to_rgba8().as_raw()
+    );
+    // The original is published beside it and listed with every encoding.
+    let original = file("sprites/a.kiln-original.png");
+    assert_eq!(object(&original), sprite);
+    let images = manifest["images"].as_array().unwrap();
+    let listed = images
+        .iter()
+        .find(|i| i["path"] == "sprites/a.png")
+        .unwrap();
+    assert_eq!(listed["served"], "webp-lossless");
+    let encodings: Vec<_> = listed["encodings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["encoding"].as_str().unwrap())
+        .collect();
+    assert_eq!(encodings, ["webp-lossless", "original"]);
+    // The background is in the lossy folder: lossy WebP within the bound.
+    let sky = file("bg/sky.png");
+    let sky_bytes = object(&sky);
+    assert!(
+        sky_bytes.len() < bg.len() / 2,
+        "{} vs {}",
+        sky_bytes.len(),
+        bg.len()
+    );
+    let s = score::score(&decoded(&bg).to_rgba8(), &decoded(&sky_bytes).to_rgba8()).unwrap();
+    assert!(s.ssimulacra2 >= 80.0, "{s:?}");
+    // The glTF texture stays PNG.
+    let tex = file("models/tex.png");
+    assert_eq!(tex["content_type"], "image/png");
+    // The report: per image and in total.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let stage = &report["stages"]["images"];
+    assert_eq!(stage["images"], 3);
+    assert_eq!(stage["re_encoded"], 3);
+    assert!(stage["bytes_saved"].as_u64().unwrap() > 0);
+    assert!(stage["bytes_with_lossy"].as_u64().is_some());
+
+    // A misspelt key in [images] fails the build, naming it.
+    let bad = dir.path().join("bad.zip");
+    std::fs::write(
+        &bad,
+        zip_with(&[
+            ("a.png", &sprite),
+            ("kiln.toml", b"[images]\nlosy = true\n"),
+        ]),
+    )
+    .unwrap();
+    let failed = Command::new(env!("CARGO_BIN_EXE_kiln-worker"))
+        .args([
+            "process",
+            bad.to_str().unwrap(),
+            "--out",
+            dir.path().join("bad").to_str().unwrap(),
+        ])
+        .env("KILN_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&failed.stderr).to_string()
+        + &String::from_utf8_lossy(&failed.stdout);
+    assert!(text.contains("losy"), "{text}");
+}
+
+/// Chromium, decoding what `/play` serves at the image's own `.png` URL the way a WebGL engine
+/// receives it (no premultiplication: the colour under transparent pixels counts), sees the
+/// source's pixels exactly; the same judge fails a channel swap and premultiplied colour.
+#[test]
+fn chromium_decodes_the_served_webp_to_the_sources_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = grainy_sprite(256, 128);
+    let png = png_of(&source);
+    let out = run(&png, &plan(Role::Standalone, false));
+    let (served, format) = out.chosen.expect("re-encoded");
+    assert_eq!(format, Format::Webp);
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let lossless = |image: &RgbaImage| {
+        codec::encode_webp(image, codec::WebpMode::Lossless { level: 6 }).unwrap()
+    };
+    let mut swapped = source.clone();
+    let mut premultiplied = source.clone();
+    for (s, p) in swapped.pixels_mut().zip(premultiplied.pixels_mut()) {
+        s.0.swap(0, 2);
+        let a = u16::from(p.0[3]);
+        for c in 0..3 {
+            p.0[c] = (u16::from(p.0[c]) * a / 255) as u8;
+        }
+    }
+    let original = write("original.png", &png);
+    let files = [
+        original.clone(),
+        write("sprite.png", &served),
+        original.clone(),
+        write("swapped.png", &lossless(&swapped)),
+        original,
+        write("premultiplied.png", &lossless(&premultiplied)),
+    ];
+    let args: Vec<&std::ffi::OsStr> = files.iter().map(|f| f.as_os_str()).collect();
+    let result = support::node_json("image-decode.mjs", &args);
+    let pairs = result["pairs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{result}"));
+    assert_eq!(pairs.len(), 3, "{result}");
+    assert_eq!(pairs[0]["equal"], true, "served: {}", pairs[0]);
+    assert_eq!(pairs[0]["width"], 256);
+    for control in &pairs[1..] {
+        assert_eq!(control["equal"], false, "control: {control}");
+    }
+}
