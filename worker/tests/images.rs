@@ -255,6 +255,18 @@ fn a_colour_profile_travels_into_the_webp() {
         decoded(&bytes).to_rgba8().as_raw(),
         grainy_sprite(256, 128).as_raw()
     );
+    // An sRGB profile says what a WebP without one means: left out (its ~700 bytes saved).
+    let mut srgb = profile(b"RGB ");
+    srgb[128..132].copy_from_slice(&1u32.to_be_bytes());
+    srgb.extend_from_slice(b"desc");
+    srgb.extend_from_slice(&144u32.to_be_bytes());
+    let text = b"desc\0\0\0\0\0\0\0\x0esRGB built-in\0";
+    srgb.extend_from_slice(&(text.len() as u32).to_be_bytes());
+    srgb.extend_from_slice(text);
+    let out = run(&with_profile(srgb), &plan(Role::Standalone, false));
+    let (bytes, format) = out.chosen.expect("re-encoded");
+    assert_eq!(format, Format::Webp);
+    assert_eq!(codec::icc_profile(Format::Webp, &bytes).unwrap(), None);
     let cmyk = with_profile(profile(b"CMYK"));
     let out = run(&cmyk, &plan(Role::Standalone, true));
     let webp = out

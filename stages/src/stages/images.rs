@@ -83,7 +83,7 @@ impl Default for ImageOptions {
             webp_lossless_level: 6,
             png_level: 2,
             png_timeout: Duration::from_secs(10),
-            png_skip_below: 0.7,
+            png_skip_below: 0.8,
             webp_method: 4,
         }
     }

@@ -121,8 +121,11 @@ pub fn png_colour_profile(bytes: &[u8]) -> Option<&'static str> {
 }
 
 /// The image's ICC profile (PNG `iCCP`, JPEG `APP2`), if it has one: a WebP made from it
-/// carries the same profile ([`with_icc_profile`]), so browsers show the same colours. Only an
-/// RGB profile can go with RGB pixels; any other (a CMYK JPEG's, a grey PNG's) is an error.
+/// carries the same profile ([`with_icc_profile`]), so browsers show the same colours. An sRGB
+/// profile (what editors embed by default: "GIMP built-in sRGB", "sRGB IEC61966-2.1") says
+/// what an image without one means, so it is left out (`None`: about 700 bytes per image).
+/// Only an RGB profile can go with RGB pixels; any other (a CMYK JPEG's, a grey PNG's) is an
+/// error.
 pub fn icc_profile(format: Format, bytes: &[u8]) -> Result<Option<Vec<u8>>, String> {
     use image::ImageDecoder;
     let mut reader = ImageReader::new(Cursor::new(bytes));
@@ -130,6 +133,7 @@ pub fn icc_profile(format: Format, bytes: &[u8]) -> Result<Option<Vec<u8>>, Stri
     let mut decoder = reader.into_decoder().map_err(|e| e.to_string())?;
     let profile = decoder.icc_profile().map_err(|e| e.to_string())?;
     match profile {
+        Some(p) if p.get(16..20) == Some(b"RGB ") && is_srgb_profile(&p) => Ok(None),
         Some(p) if p.get(16..20) == Some(b"RGB ") => Ok(Some(p)),
         Some(p) => Err(format!(
             "an ICC profile for {:?} colour, which RGB pixels cannot carry",
@@ -137,6 +141,32 @@ pub fn icc_profile(format: Format, bytes: &[u8]) -> Result<Option<Vec<u8>>, Stri
         )),
         None => Ok(None),
     }
+}
+
+/// Whether an ICC profile's description (`desc` tag, ASCII or UTF-16 `mluc`) names sRGB.
+fn is_srgb_profile(profile: &[u8]) -> bool {
+    let u32_at = |at: usize| {
+        profile
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes(b.try_into().expect("4")) as usize)
+    };
+    let Some(count) = u32_at(128) else {
+        return false;
+    };
+    (0..count.min(256)).any(|k| {
+        let entry = 132 + 12 * k;
+        if profile.get(entry..entry + 4) != Some(b"desc") {
+            return false;
+        }
+        let (Some(offset), Some(size)) = (u32_at(entry + 4), u32_at(entry + 8)) else {
+            return false;
+        };
+        let Some(text) = profile.get(offset..offset.saturating_add(size)) else {
+            return false;
+        };
+        memchr::memmem::find(text, b"sRGB").is_some()
+            || memchr::memmem::find(text, b"\0s\0R\0G\0B").is_some()
+    })
 }
 
 /// A WebP with `icc` added as its `ICCP` chunk (libwebp's mux).
