@@ -494,7 +494,8 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         return keep(format!("an animated {}: kept as it is", format.name()));
     }
     let (width, height) = match codec::dimensions(format, bytes) {
-        Ok(d) => d,
+        Ok((w, h)) if w > 0 && h > 0 => (w, h),
+        Ok((w, h)) => return keep(format!("cannot read the image: it is {w}×{h} pixels")),
         Err(e) => return keep(format!("cannot read the image: {e}")),
     };
     let source = match codec::decode(format, bytes, options.max_pixels) {

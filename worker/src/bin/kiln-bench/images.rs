@@ -17,26 +17,16 @@ use std::time::Instant;
 
 use kiln_stages::stages::images::{self, ImageOptions, Plan, Role, score};
 
+/// Every PNG and JPEG under `dir`, sorted.
 fn images_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            if path.file_name().is_some_and(|n| n == "node_modules") {
-                continue;
-            }
-            images_under(&path, out);
-        } else if path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"))
-        {
-            out.push(path);
-        }
-    }
+    super::files_under(
+        dir,
+        &|name| {
+            let name = name.to_ascii_lowercase();
+            [".png", ".jpg", ".jpeg"].iter().any(|e| name.ends_with(e))
+        },
+        out,
+    );
 }
 
 /// `cwebp ARGS -o OUT SRC`: the output's bytes and the seconds it took.

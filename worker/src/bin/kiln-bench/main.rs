@@ -42,6 +42,16 @@ fn met(ok: bool) -> &'static str {
 
 /// Every model file under `dir`, sorted.
 fn models(dir: &Path, out: &mut Vec<PathBuf>) {
+    files_under(
+        dir,
+        &|name| name.ends_with(".glb") || name.ends_with(".gltf"),
+        out,
+    );
+}
+
+/// Every file under `dir` whose name `keep` accepts, sorted, outside `invalid/` (malformed
+/// inputs are for the bad-input tests, not the benchmarks) and `node_modules/`.
+fn files_under(dir: &Path, keep: &dyn Fn(&str) -> bool, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -50,11 +60,10 @@ fn models(dir: &Path, out: &mut Vec<PathBuf>) {
     for path in entries {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         if path.is_dir() {
-            // Malformed inputs are for the bad-input tests, not the benchmark.
             if name != "invalid" && name != "node_modules" {
-                models(&path, out);
+                files_under(&path, keep, out);
             }
-        } else if name.ends_with(".glb") || name.ends_with(".gltf") {
+        } else if keep(&name) {
             out.push(path);
         }
     }
