@@ -224,24 +224,24 @@ pub fn prepare(
 
     // The build's own configuration, read once and checked whole (each stage's section
     // applied on top of the server's options) before any model work.
-    let mut build = None;
-    let (tree, vat_report) = step(observer, &mut report, vat::NAME, |obs| {
-        let failed = config_failure(vat::NAME);
-        let config = BuildConfig::read(&tree).map_err(failed)?;
-        let selection = vat::build_selection(config.vat.as_ref(), &options.vat).map_err(failed)?;
-        let variant = geometry::served_variant(&config.models).map_err(failed)?;
-        let csp = kiln_common::csp::check_extension(config.csp.as_ref(), &api_origin(options))
-            .map_err(failed)?;
-        let images = images::apply(&config.images, &options.images)
-            .map_err(|e| failed(format!("{}: {e}", build_config::FILE)))?;
-        build = Some((config, variant, csp, images));
-        let files = Files {
-            tree: &tree,
-            inventory: &inventory,
-        };
-        call::<vat::Step>(obs, files, &selection)
-    })?;
-    let (config, variant, csp, image_options) = build.expect("read in the vat step");
+    let ((tree, vat_report), (config, variant, csp, image_options)) =
+        step(observer, &mut report, vat::NAME, |obs| {
+            let failed = config_failure(vat::NAME);
+            let config = BuildConfig::read(&tree).map_err(failed)?;
+            let selection =
+                vat::build_selection(config.vat.as_ref(), &options.vat).map_err(failed)?;
+            let variant = geometry::served_variant(&config.models).map_err(failed)?;
+            let csp = kiln_common::csp::check_extension(config.csp.as_ref(), &api_origin(options))
+                .map_err(failed)?;
+            let images = images::apply(&config.images, &options.images)
+                .map_err(|e| failed(format!("{}: {e}", build_config::FILE)))?;
+            let files = Files {
+                tree: &tree,
+                inventory: &inventory,
+            };
+            let baked = call::<vat::Step>(obs, files, &selection)?;
+            Ok((baked, (config, variant, csp, images)))
+        })?;
     let inventory = apply_vat(&tree, &inventory, &vat_report).map_err(|error| {
         Box::new(Failed {
             error,

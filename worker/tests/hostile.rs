@@ -3,7 +3,6 @@
 //! only, and the build goes on. The fixtures under `tests/fixtures/hostile/` are small inputs
 //! written by hand or found by the fuzz targets (`fuzz/`).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -143,20 +142,6 @@ fn wrong_json_shapes_are_named_in_the_error() {
     }
 }
 
-fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default();
-    for (name, data) in entries {
-        if let Some(dir) = name.strip_suffix('/') {
-            zip.add_directory(dir, options).unwrap();
-        } else {
-            zip.start_file(*name, options).unwrap();
-            zip.write_all(data).unwrap();
-        }
-    }
-    zip.finish().unwrap().into_inner()
-}
-
 /// The reproduction: a package with a good model and one whose JSON says
 /// `"extensionsUsed": 7` is published; the report names the hostile file and why, and
 /// `kiln-worker process` exits 0 as for any published build.
@@ -173,7 +158,7 @@ fn a_hostile_model_fails_that_file_and_the_build_is_published() {
     let package = dir.path().join("pkg.zip");
     std::fs::write(
         &package,
-        zip_with(&[
+        support::zip_with(&[
             ("index.html", b"<!doctype html><p>hi</p>"),
             ("models/good.gltf", &good),
             ("models/hostile.glb", &glb),
@@ -286,7 +271,7 @@ fn an_entry_that_is_both_file_and_directory_is_a_bad_package() {
     for entries in cases {
         for format in [PackageFormat::Zip, PackageFormat::TarGz] {
             let bytes = match format {
-                PackageFormat::Zip => zip_with(entries),
+                PackageFormat::Zip => support::zip_with(entries),
                 PackageFormat::TarGz => tar_gz_with(entries),
             };
             let names: Vec<_> = entries.iter().map(|e| e.0).collect();
@@ -301,7 +286,7 @@ fn an_entry_that_is_both_file_and_directory_is_a_bad_package() {
     // Nested: `a/b` a file, then `a/b/c`.
     let err = unpack_bytes(
         PackageFormat::Zip,
-        &zip_with(&[("a/b", b"x"), ("a/b/c/d", b"y")]),
+        &support::zip_with(&[("a/b", b"x"), ("a/b/c/d", b"y")]),
     )
     .unwrap_err();
     assert!(

@@ -483,16 +483,6 @@ enum Expect {
     JpegKept,
 }
 
-fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default();
-    for (name, data) in entries {
-        zip.start_file(*name, options).unwrap();
-        zip.write_all(data).unwrap();
-    }
-    zip.finish().unwrap().into_inner()
-}
-
 /// The whole pipeline: a 2D build's images served at their own paths as WebP (true type in
 /// the key), the originals published and listed, a glTF texture kept PNG, the report and a
 /// build setting turning lossy on for one folder; a bad `[images]` key fails the build naming it.
@@ -507,7 +497,7 @@ fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals()
     let package = dir.path().join("game.zip");
     std::fs::write(
         &package,
-        zip_with(&[
+        support::zip_with(&[
             ("index.html", b"<!doctype html><img src=sprites/a.png>"),
             ("sprites/a.png", &sprite),
             ("bg/sky.png", &bg),
@@ -597,7 +587,7 @@ fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals()
     let bad = dir.path().join("bad.zip");
     std::fs::write(
         &bad,
-        zip_with(&[
+        support::zip_with(&[
             ("a.png", &sprite),
             ("kiln.toml", b"[images]\nlosy = true\n"),
         ]),

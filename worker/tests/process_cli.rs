@@ -1,20 +1,11 @@
 //! `kiln-worker process PACKAGE --out DIR`: the whole pipeline with no server, as teams and
 //! benchmarks run it.
 
-use std::io::Write;
+mod support;
+
 use std::process::Command;
 
 use kiln_common::signing::{ManifestSignature, ManifestSigner};
-
-fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default();
-    for (name, data) in entries {
-        zip.start_file(*name, options).unwrap();
-        zip.write_all(data).unwrap();
-    }
-    zip.finish().unwrap().into_inner()
-}
 
 fn run(args: &[&str], data_dir: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kiln-worker"))
@@ -33,7 +24,7 @@ fn process_package(
     extra: &[&str],
 ) -> (std::process::Output, std::path::PathBuf) {
     let package = dir.join(format!("{name}.zip"));
-    std::fs::write(&package, zip_with(entries)).unwrap();
+    std::fs::write(&package, support::zip_with(entries)).unwrap();
     let out = dir.join(name);
     let mut args = vec![
         "process",
@@ -53,7 +44,7 @@ fn process_writes_signed_manifest_objects_and_report() {
     let package = dir.path().join("game.zip");
     std::fs::write(
         &package,
-        zip_with(&[
+        support::zip_with(&[
             (
                 "index.html",
                 b"<!doctype html><script src=main.js></script>",
@@ -144,7 +135,7 @@ fn process_writes_signed_manifest_objects_and_report() {
 fn process_refuses_a_hostile_package_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let package = dir.path().join("evil.zip");
-    std::fs::write(&package, zip_with(&[("../../evil.js", b"x")])).unwrap();
+    std::fs::write(&package, support::zip_with(&[("../../evil.js", b"x")])).unwrap();
     let out = dir.path().join("out");
     let output = run(
         &[

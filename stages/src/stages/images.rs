@@ -177,6 +177,9 @@ pub struct Candidate {
     /// Why it was not chosen (absent on the chosen one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// PSNR measured with the ssimulacra2 (lossy candidates), for the report of the chosen one.
+    #[serde(skip)]
+    pub psnr: Option<f64>,
 }
 
 /// What the lossy search found for an image where lossy is off: the bytes the image would
@@ -549,6 +552,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                             quality: None,
                             ssimulacra2: Some(100.0),
                             rejected: None,
+                            psnr: None,
                         },
                         Some(out),
                     ));
@@ -564,6 +568,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                 quality: None,
                 ssimulacra2: None,
                 rejected,
+                psnr: None,
             },
             None,
         ));
@@ -651,6 +656,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                                 "no quality both reaches ssimulacra2 {} and is smaller than {best_lossless} bytes",
                                 plan.bound
                             )),
+                            psnr: None,
                         },
                         None,
                     ));
@@ -665,6 +671,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                             quality: None,
                             ssimulacra2: None,
                             rejected: Some(e),
+                            psnr: None,
                         },
                         None,
                     ));
@@ -719,10 +726,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
             result.bytes_after = c.bytes;
             result.ssimulacra2 = c.ssimulacra2;
             if c.encoding == "webp-lossy" {
-                result.psnr = codec::decode(out_format, &out, options.max_pixels)
-                    .ok()
-                    .and_then(|d| score::score(&rgba, &d.to_rgba8()).ok())
-                    .and_then(|s| s.psnr);
+                result.psnr = c.psnr;
             }
             chosen = Some((out, out_format));
         }
@@ -774,6 +778,7 @@ fn lossy_search(
                         quality: Some(q as f32),
                         ssimulacra2: Some(s.ssimulacra2),
                         rejected: None,
+                        psnr: s.psnr,
                     },
                 ));
             }

@@ -65,6 +65,21 @@ pub fn shared_assets() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/assets")
 }
 
+/// A zip package of `entries` (name, bytes); a name ending in `/` is a directory entry.
+pub fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default();
+    for (name, data) in entries {
+        if let Some(dir) = name.strip_suffix('/') {
+            zip.add_directory(dir, options).unwrap();
+        } else {
+            zip.start_file(*name, options).unwrap();
+            std::io::Write::write_all(&mut zip, data).unwrap();
+        }
+    }
+    zip.finish().unwrap().into_inner()
+}
+
 /// Runs `node SCRIPT ARGS…` in gltf-check and parses the one JSON object it prints.
 pub fn node_json(script: &str, args: &[&std::ffi::OsStr]) -> serde_json::Value {
     let dir = gltf_check();

@@ -30,29 +30,19 @@ pub fn score(source: &RgbaImage, distorted: &RgbaImage) -> Result<Score, String>
     } else {
         &[0.0]
     };
-    let mut worst: Option<Score> = None;
+    // The worse of the backgrounds, each measure on its own.
+    let mut worst = Score {
+        ssimulacra2: f64::INFINITY,
+        psnr: None,
+    };
     for &bg in backgrounds {
         let a = composite(source, bg);
         let b = composite(distorted, bg);
         let s2 = ssimulacra2_of(&a, &b, source.width() as usize, source.height() as usize)?;
-        let psnr = psnr(&a, &b);
-        let this = Score {
-            ssimulacra2: s2,
-            psnr,
-        };
-        worst = Some(match worst {
-            Some(w) if w.ssimulacra2 <= this.ssimulacra2 => Score {
-                psnr: min_psnr(w.psnr, this.psnr),
-                ..w
-            },
-            Some(w) => Score {
-                psnr: min_psnr(w.psnr, this.psnr),
-                ..this
-            },
-            None => this,
-        });
+        worst.ssimulacra2 = worst.ssimulacra2.min(s2);
+        worst.psnr = min_psnr(worst.psnr, psnr(&a, &b));
     }
-    worst.ok_or_else(|| "nothing to score".into())
+    Ok(worst)
 }
 
 fn min_psnr(a: Option<f64>, b: Option<f64>) -> Option<f64> {

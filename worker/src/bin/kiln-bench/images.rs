@@ -287,7 +287,7 @@ fn print_table(rows: &[Row]) {
         "GPU memory as RGBA8 with mipmaps: {:.1} MiB (unchanged: no KTX2 variants yet)",
         gpu as f64 / (1 << 20) as f64
     );
-    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    let met = super::met;
     println!(
         "target lossless total <= 1.00x cwebp -lossless -exact: {} ({})",
         met(cl > 0 && kl <= cl),
