@@ -685,16 +685,22 @@
           });
         });
       }
-      return attempt(first, null).then(report, function (x) {
-        var b = variant(m, m.fallback);
-        if (!b || b === first || b.needs_decoder) b = variant(m, 'original');
-        if (!first.needs_decoder || !/^(decoder_init_failed|decoder_timeout|no_decoder|decode_failed)$/.test(x.reason) ||
-            !b || b === first || b.needs_decoder) throw x;
+      // A variant that cannot be decoded here (its decoder missing or failing, or an image
+      // format the device lacks: the variants' textures may be WebP) falls back to the
+      // fallback variant if it needs no decoder, then to the original as uploaded.
+      function next(tried, x) {
+        if (!/^(decoder_init_failed|decoder_timeout|no_decoder|decode_failed)$/.test(x.reason)) throw x;
+        var b = [variant(m, m.fallback), variant(m, 'original')].filter(function (c) {
+          return c && !c.needs_decoder && tried.indexOf(c) < 0;
+        })[0];
+        if (!b) throw x;
+        tried.push(b);
         return attempt(b, x.reason).then(report, function (y) {
           if (y.r && y.r.bytes != null) report(y.r); // the fallback happened; its decode was not measured
-          throw y;
+          return next(tried, y);
         });
-      });
+      }
+      return attempt(first, null).then(report, function (x) { return next([first], x); });
     });
   }
 

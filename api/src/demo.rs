@@ -71,17 +71,26 @@ fn print_images(images: &serde_json::Value) {
             .unwrap_or_default()
     );
     if count == 0 {
-        println!(
-            "    (no standalone or .gltf-referenced image; textures inside .glb models are kept as they are for now)"
-        );
+        println!("    (the build has no image: no sprite, background or model texture)");
     }
     for file in images["files"].as_array().into_iter().flatten() {
         println!(
-            "    {:<44} {} → {} B  {}{}",
+            "    {:<44} {} → {} B  {}{}{}",
             file["path"].as_str().unwrap_or(""),
             file["bytes_before"],
             file["bytes_after"],
             file["chosen"].as_str().unwrap_or(""),
+            file["slots"]
+                .as_array()
+                .filter(|s| !s.is_empty())
+                .map(|s| format!(
+                    " (texture in the model's variants: {})",
+                    s.iter()
+                        .filter_map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+                .unwrap_or_default(),
             file["kept"]
                 .as_str()
                 .map(|why| format!(" ({why})"))

@@ -121,13 +121,51 @@ pub fn gltf_inventory(data: &[u8]) {
 /// The glTF reader and stage `geometry` (which runs the animation stage first): one model's
 /// bytes to its variants, or a clear error; what the stage writes, Kiln reads back.
 pub fn gltf_geometry(data: &[u8]) {
+    model_textures(data);
     if Asset::read(data, &NoResources).is_err() {
         return;
     }
     if let Ok(model) = geometry::optimize_model(data, &NoResources, &GeometryOptions::default()) {
         Asset::read(&model.quantized, &NoResources).expect("quantized variant reads back");
         Asset::read(&model.meshopt, &NoResources).expect("meshopt variant reads back");
+        for variant in [&model.quantized, &model.meshopt] {
+            let rewritten = model_textures(variant);
+            if let Some(out) = rewritten {
+                Asset::read(&out, &NoResources).expect("a variant with new textures reads back");
+            }
+        }
     }
+}
+
+/// Stage `images` putting new bytes in place of every image a GLB embeds (as it does in the
+/// variants): the rewritten file, where it could be, holds exactly the new bytes there.
+fn model_textures(glb: &[u8]) -> Option<Vec<u8>> {
+    use crate::stages::images::codec::Format;
+    use crate::stages::images::model;
+    let (json, bin) = model::read_glb(glb).ok()?;
+    let images = model::embedded_images(&json);
+    let webp = b"RIFF\x04\0\0\0WEBP".to_vec();
+    let chosen: std::collections::BTreeMap<_, _> = images
+        .iter()
+        .filter(|i| {
+            i.uri.is_some()
+                || i.view
+                    .is_some_and(|v| model::view_bytes(&json, &bin, v).is_ok())
+        })
+        .map(|i| (i.index, (webp.clone(), Format::Webp)))
+        .collect();
+    let out = model::with_textures(glb, &images, &chosen).ok()?;
+    let (json, bin) = model::read_glb(&out).expect("a rewritten GLB reads back");
+    for image in images.iter().filter(|i| chosen.contains_key(&i.index)) {
+        let view = json["images"][image.index]["bufferView"]
+            .as_u64()
+            .expect("view") as usize;
+        assert_eq!(
+            model::view_bytes(&json, &bin, view).expect("the view"),
+            webp
+        );
+    }
+    Some(out)
 }
 
 /// Stage `animation` alone (keyframe reduction and quantization) on one model's bytes.

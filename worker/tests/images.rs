@@ -10,8 +10,8 @@ use std::process::Command;
 
 use image::{DynamicImage, ImageFormat, RgbaImage};
 use kiln_stages::stages::images::codec::{self, Format};
-use kiln_stages::stages::images::score;
 use kiln_stages::stages::images::{ImageOptions, Optimized, Plan, Role, optimize_image};
+use kiln_stages::stages::images::{model, score};
 
 /// A sprite sheet: flat shapes with hard edges on a transparent background, colour kept
 /// under the transparent pixels (as exporters leave it).
@@ -490,7 +490,7 @@ enum Expect {
 fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals() {
     let dir = tempfile::tempdir().unwrap();
     let sprite = png_of(&grainy_sprite(256, 128));
-    let texture = png_of(&self::sprite(256, 128));
+    let texture = png_of(&background(128, 64));
     let bg = png_of(&background(256, 256));
     let gltf = br#"{"asset":{"version":"2.0"},"images":[{"uri":"tex.png"}]}"#;
     let kiln_toml = b"[images]\nlossy = [\"bg/**\"]\n";
@@ -571,15 +571,26 @@ fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals()
     );
     let s = score::score(&decoded(&bg).to_rgba8(), &decoded(&sky_bytes).to_rgba8()).unwrap();
     assert!(s.ssimulacra2 >= 80.0, "{s:?}");
-    // The glTF texture stays PNG.
+    // The glTF texture stays PNG at its path (for the `.gltf` as uploaded); the model's
+    // variants carry it as WebP in their binary chunk, the URI gone.
     let tex = file("models/tex.png");
     assert_eq!(tex["content_type"], "image/png");
-    // The report: per image and in total.
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let stage = &report["stages"]["images"];
-    assert_eq!(stage["images"], 3);
-    assert_eq!(stage["re_encoded"], 3);
+    let (json, bin) = model::read_glb(&object(&file("models/m.meshopt.glb"))).unwrap();
+    assert!(json["images"][0].get("uri").is_none(), "{json} {stage}");
+    assert_eq!(json["images"][0]["mimeType"], "image/webp");
+    let view = json["images"][0]["bufferView"].as_u64().unwrap() as usize;
+    assert_eq!(
+        decoded(model::view_bytes(&json, &bin, view).unwrap())
+            .to_rgba8()
+            .as_raw(),
+        decoded(&texture).to_rgba8().as_raw()
+    );
+    // The report: per image and in total (the texture twice: at its path, and in the variants).
+    assert_eq!(stage["images"], 4, "{stage}");
+    assert_eq!(stage["re_encoded"], 4);
     assert!(stage["bytes_saved"].as_u64().unwrap() > 0);
     assert!(stage["bytes_with_lossy"].as_u64().is_some());
 
@@ -657,4 +668,260 @@ fn chromium_decodes_the_served_webp_to_the_sources_pixels() {
     for control in &pairs[1..] {
         assert_eq!(control["equal"], false, "control: {control}");
     }
+}
+
+fn fox() -> Vec<u8> {
+    std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/sample-game/assets/Fox.glb"),
+    )
+    .unwrap()
+}
+
+/// `kiln-worker process` on `files` (with `kiln.toml` when given): the output folder, its
+/// manifest and its report.
+fn process(
+    dir: &std::path::Path,
+    name: &str,
+    files: &[(&str, &[u8])],
+) -> (std::path::PathBuf, serde_json::Value, serde_json::Value) {
+    let package = dir.join(format!("{name}.zip"));
+    std::fs::write(&package, support::zip_with(files)).unwrap();
+    let out = dir.join(name);
+    let status = Command::new(env!("CARGO_BIN_EXE_kiln-worker"))
+        .args([
+            "process",
+            package.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("KILN_DATA_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(out.join(f)).unwrap()).unwrap()
+    };
+    let (manifest, report) = (read("manifest.json"), read("report.json"));
+    (out, manifest, report)
+}
+
+/// The bytes `/play` serves for `path` of a processed build.
+fn served(out: &std::path::Path, manifest: &serde_json::Value, path: &str) -> Vec<u8> {
+    let file = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("{path} in the manifest"));
+    std::fs::read(out.join(file["key"].as_str().unwrap())).unwrap()
+}
+
+/// A model's embedded texture: its variants (the files players get) carry it as WebP through
+/// `EXT_texture_webp`, required, with exactly the source's pixels (read by `image`'s decoder
+/// and by Chromium), their geometry unchanged and valid to the Khronos validator; the model's
+/// own file stays byte for byte as uploaded (the fallback for devices without WebP); with
+/// lossy on for the model's folder, the texture is lossy within the bound.
+#[test]
+fn a_models_texture_is_webp_in_its_variants_and_the_model_itself_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let fox = fox();
+    let (out, manifest, report) = process(
+        dir.path(),
+        "lossless",
+        &[("index.html", b"<!doctype html>"), ("assets/Fox.glb", &fox)],
+    );
+    let (source_json, source_bin) = model::read_glb(&fox).unwrap();
+    let source_images = model::embedded_images(&source_json);
+    assert_eq!(source_images.len(), 1, "the Fox embeds one texture");
+    let png = model::view_bytes(&source_json, &source_bin, source_images[0].view.unwrap())
+        .unwrap()
+        .to_vec();
+    assert_eq!(Format::sniff(&png), Format::Png);
+    let stage = &report["stages"]["images"];
+    let texture = stage["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "assets/Fox.glb#images/0")
+        .unwrap_or_else(|| panic!("the Fox's texture in the report: {stage}"));
+    assert_eq!(texture["chosen"], "webp-lossless", "{texture}");
+    assert_eq!(texture["role"], "model_texture");
+    assert_eq!(texture["slots"], serde_json::json!(["baseColorTexture"]));
+    assert_eq!(texture["used_by"], "assets/Fox.glb");
+    assert!(texture["gpu_bytes"].as_u64().unwrap() > 0);
+    let (before, after) = (
+        texture["bytes_before"].as_u64().unwrap(),
+        texture["bytes_after"].as_u64().unwrap(),
+    );
+    assert_eq!(before, png.len() as u64);
+    assert!(after < before, "{after} vs {before}");
+    assert!(
+        stage["bytes_with_lossy"].as_u64().unwrap() <= after,
+        "{stage}"
+    );
+
+    // The model's own path serves the upload, unchanged.
+    assert_eq!(served(&out, &manifest, "assets/Fox.glb"), fox);
+    let mut variants = Vec::new();
+    let mut webps = Vec::new();
+    for variant in ["assets/Fox.meshopt.glb", "assets/Fox.quantized.glb"] {
+        let glb = served(&out, &manifest, variant);
+        let (json, bin) = model::read_glb(&glb).unwrap();
+        let required = json["extensionsRequired"].as_array().unwrap();
+        assert!(required.contains(&"EXT_texture_webp".into()), "{variant}");
+        assert_eq!(json["images"][0]["mimeType"], "image/webp", "{variant}");
+        let texture = &json["textures"][0];
+        assert!(texture.get("source").is_none(), "{variant}: {texture}");
+        assert_eq!(texture["extensions"]["EXT_texture_webp"]["source"], 0);
+        let view = json["images"][0]["bufferView"].as_u64().unwrap() as usize;
+        let webp = model::view_bytes(&json, &bin, view).unwrap().to_vec();
+        assert_eq!(webp.len() as u64, after, "{variant}");
+        assert_eq!(
+            decoded(&webp).to_rgba8().as_raw(),
+            decoded(&png).to_rgba8().as_raw(),
+            "{variant}: the WebP shows the source's pixels"
+        );
+        let path = dir.path().join(variant.replace('/', "_"));
+        std::fs::write(&path, &glb).unwrap();
+        variants.push(path);
+        webps.push(webp);
+    }
+    // The Khronos validator on both variants (EXT_texture_webp understood, the MIME type
+    // matching the bytes), three.js loading them, their geometry against the source's.
+    let reference = dir.path().join("Fox.glb");
+    std::fs::write(&reference, &fox).unwrap();
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--reference".as_ref(), reference.as_os_str()];
+    args.extend(variants.iter().map(|p| p.as_os_str()));
+    let checked = support::node_json("check.mjs", &args);
+    let outputs = checked["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 2, "{checked}");
+    for output in outputs {
+        let validator = &output["validator"];
+        assert_eq!(validator["numErrors"], 0, "{validator}");
+        assert_eq!(validator["numWarnings"], 0, "{validator}");
+        // The one extension this validator cannot check is meshopt's (it says so as info).
+        let meshopt = output["extensions_used"]
+            .as_array()
+            .unwrap()
+            .contains(&"EXT_meshopt_compression".into());
+        let unsupported = validator["codes"]["UNSUPPORTED_EXTENSION"]["count"]
+            .as_u64()
+            .unwrap_or(0);
+        assert_eq!(unsupported, u64::from(meshopt), "{validator}");
+        assert_eq!(output["failed"], serde_json::json!([]), "{output}");
+    }
+    // Chromium decodes the embedded WebP to the PNG's pixels.
+    let source = dir.path().join("texture.png");
+    std::fs::write(&source, &png).unwrap();
+    let embedded = dir.path().join("texture-from-variant.webp");
+    std::fs::write(&embedded, &webps[0]).unwrap();
+    let pairs = support::node_json(
+        "image-decode.mjs",
+        &[source.as_os_str(), embedded.as_os_str()],
+    );
+    assert_eq!(pairs["pairs"][0]["equal"], true, "{pairs}");
+
+    // Lossy on for the models' folder: a colour texture is lossy within the bound; a texture
+    // a normal slot samples holds data, and stays lossless even there.
+    let (colour, normal) = (
+        png_of(&background(256, 256)),
+        png_of(&grainy_sprite(128, 128)),
+    );
+    let (out, manifest, report) = process(
+        dir.path(),
+        "lossy",
+        &[
+            ("assets/quad.glb", &textured_quad(&colour, &normal)),
+            ("kiln.toml", b"[images]\nlossy = [\"assets/**\"]\n"),
+        ],
+    );
+    let files = report["stages"]["images"]["files"].as_array().unwrap();
+    let result = |path: &str| {
+        files
+            .iter()
+            .find(|f| f["path"] == path)
+            .unwrap_or_else(|| panic!("{path}: {report}"))
+            .clone()
+    };
+    let (colour_result, normal_result) = (
+        result("assets/quad.glb#images/0"),
+        result("assets/quad.glb#images/1"),
+    );
+    assert_eq!(
+        colour_result["slots"],
+        serde_json::json!(["baseColorTexture"])
+    );
+    assert_eq!(colour_result["chosen"], "webp-lossy", "{colour_result}");
+    assert_eq!(normal_result["slots"], serde_json::json!(["normalTexture"]));
+    assert_eq!(normal_result["chosen"], "webp-lossless", "{normal_result}");
+    let glb = served(&out, &manifest, "assets/quad.meshopt.glb");
+    let (json, bin) = model::read_glb(&glb).unwrap();
+    let image = |i: usize| {
+        let view = json["images"][i]["bufferView"].as_u64().unwrap() as usize;
+        model::view_bytes(&json, &bin, view).unwrap().to_vec()
+    };
+    let lossy = image(0);
+    assert!(
+        lossy.len() < colour.len() / 2,
+        "{} vs {}",
+        lossy.len(),
+        colour.len()
+    );
+    let s = score::score(&decoded(&colour).to_rgba8(), &decoded(&lossy).to_rgba8()).unwrap();
+    assert!(s.ssimulacra2 >= 80.0, "{s:?}");
+    assert_eq!(
+        decoded(&image(1)).to_rgba8().as_raw(),
+        decoded(&normal).to_rgba8().as_raw()
+    );
+}
+
+/// A textured quad: image 0 (`colour`) sampled as base colour, image 1 (`normal`) as normals.
+fn textured_quad(colour: &[u8], normal: &[u8]) -> Vec<u8> {
+    let floats = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
+    let positions = floats(&[0., 0., 0., 1., 0., 0., 0., 1., 0., 1., 1., 0.]);
+    let uvs = floats(&[0., 1., 1., 1., 0., 0., 1., 0.]);
+    let indices: Vec<u8> = [0u16, 1, 2, 2, 1, 3]
+        .iter()
+        .flat_map(|i| i.to_le_bytes())
+        .collect();
+    let json = serde_json::json!({
+        "asset": { "version": "2.0" },
+        "buffers": [{ "byteLength": 0 }],
+        "bufferViews": [
+            { "buffer": 0, "byteLength": positions.len(), "target": 34962 },
+            { "buffer": 0, "byteLength": uvs.len(), "target": 34962 },
+            { "buffer": 0, "byteLength": indices.len(), "target": 34963 },
+            { "buffer": 0, "byteLength": colour.len() },
+            { "buffer": 0, "byteLength": normal.len() },
+        ],
+        "accessors": [
+            { "bufferView": 0, "componentType": 5126, "count": 4, "type": "VEC3",
+              "min": [0, 0, 0], "max": [1, 1, 0] },
+            { "bufferView": 1, "componentType": 5126, "count": 4, "type": "VEC2" },
+            { "bufferView": 2, "componentType": 5123, "count": 6, "type": "SCALAR" },
+        ],
+        "images": [
+            { "bufferView": 3, "mimeType": "image/png" },
+            { "bufferView": 4, "mimeType": "image/png" },
+        ],
+        "textures": [{ "source": 0 }, { "source": 1 }],
+        "materials": [{
+            "pbrMetallicRoughness": { "baseColorTexture": { "index": 0 } },
+            "normalTexture": { "index": 1 },
+        }],
+        "meshes": [{ "primitives": [{
+            "attributes": { "POSITION": 0, "TEXCOORD_0": 1 }, "indices": 2, "material": 0 }] }],
+        "nodes": [{ "mesh": 0 }],
+        "scenes": [{ "nodes": [0] }],
+    });
+    kiln_stages::gltf::Asset {
+        json,
+        views: vec![positions, uvs, indices, colour.to_vec(), normal.to_vec()],
+    }
+    .to_glb()
 }

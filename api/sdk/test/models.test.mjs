@@ -187,6 +187,11 @@ async function loadModel(game, { decoder = 'ok', parse = 'text', options = {}, c
         return { text: new TextDecoder().decode(buf), info };
       },
       alwaysThrows: () => { throw new Error('bad glb'); },
+      onlyOriginal: (buf, info) => {
+        parsed.push(info.variant);
+        if (info.variant !== 'original') throw new Error('THREE.GLTFLoader: WebP required by asset but unsupported.');
+        return { text: new TextDecoder().decode(buf), info };
+      },
       none: undefined,
     };
     const o = { ...opts, decoder: decoders[decoderName](), parse: parsers[parseName] };
@@ -336,6 +341,16 @@ describe('kiln.model', () => {
     assertEvent(m.events[0], 'mparse', { variant: 'quantized', decoder: 'none', bytes: 15, fallback: true, reason: 'decode_failed' }, m.device);
   });
 
+  it('a device that cannot decode the variants\' textures (WebP) gets the original as uploaded', async () => {
+    const m = await loadModel('mtex', { parse: 'onlyOriginal' });
+    assert.equal(m.r.variant, 'original');
+    assert.equal(m.r.fallback, true);
+    assert.equal(m.r.reason, 'decode_failed');
+    assert.deepEqual(m.parsed, ['meshopt', 'quantized', 'original']);
+    assert.deepEqual(m.events.map((e) => [e.variant, e.ms === null, e.reason]),
+      [['quantized', true, 'decode_failed'], ['original', false, 'decode_failed']]);
+  });
+
   it('no decoder given for a variant that needs one: no_decoder', async () => {
     const m = await loadModel('mnodec', { decoder: 'none' });
     assert.equal(m.r.variant, 'quantized');
@@ -368,9 +383,9 @@ describe('kiln.model', () => {
     assert.equal(gone.rejected, 'error', gone.message);
     const bad = await loadModel('mbad', { decoder: 'reject', parse: 'alwaysThrows' });
     assert.equal(bad.rejected, 'decode_failed');
-    assert.equal(bad.events.length, 1, 'the fallback happened: reported, unmeasured');
-    assert.equal(bad.events[0].ms, null);
-    assert.equal(bad.events[0].reason, 'decoder_init_failed');
+    assert.equal(bad.events.length, 2, 'both fallbacks happened: reported, unmeasured');
+    assert.deepEqual(bad.events.map((e) => [e.variant, e.ms, e.reason]),
+      [['quantized', null, 'decoder_init_failed'], ['original', null, 'decode_failed']]);
     const unknown = await bad.page.evaluate(() => kiln.model('nope.glb').then(() => 'ok', (e) => e.reason));
     assert.equal(unknown, 'error');
   });

@@ -11,6 +11,7 @@ pub mod accessors;
 pub mod cleanup;
 pub mod meshopt_codec;
 pub mod meshopt_write;
+pub mod relayout;
 
 use base64::Engine;
 use serde_json::{Value, json};

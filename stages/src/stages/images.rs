@@ -23,6 +23,7 @@
 //! with every encoding.
 
 pub mod codec;
+pub mod model;
 pub mod score;
 
 use std::time::{Duration, Instant};
@@ -162,6 +163,8 @@ pub enum Role {
     Standalone,
     /// An image a `.gltf` references: core glTF allows PNG and JPEG only.
     GltfTexture,
+    /// An image embedded in a model variant: WebP through `EXT_texture_webp` (see [`model`]).
+    ModelTexture,
 }
 
 /// One encoding the stage tried.
@@ -202,6 +205,9 @@ pub struct ImageResult {
     /// The model that references it, for glTF textures.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub used_by: Option<String>,
+    /// The material slots that sample it (model textures).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
     pub source_format: Format,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub width: Option<u32>,
@@ -314,30 +320,103 @@ fn game_images<'a>(files: &Files<'a>) -> impl Iterator<Item = (&'a InventoryEntr
     })
 }
 
+/// Which images go lossy and at what bound, from the options' globs (compiled once).
+struct PathRules<'o> {
+    options: &'o ImageOptions,
+    lossy: GlobSet,
+    bounds: Vec<GlobSet>,
+}
+
+impl<'o> PathRules<'o> {
+    fn new(options: &'o ImageOptions) -> Result<Self, ImagesError> {
+        let globs = |patterns: &[&String]| -> Result<GlobSet, ImagesError> {
+            let mut set = GlobSetBuilder::new();
+            for p in patterns {
+                set.add(Glob::new(p).map_err(|e| ImagesError::Config(format!("glob {p:?}: {e}")))?);
+            }
+            set.build()
+                .map_err(|e| ImagesError::Config(format!("globs: {e}")))
+        };
+        Ok(Self {
+            options,
+            lossy: globs(&options.lossy_paths.iter().collect::<Vec<_>>())?,
+            bounds: options
+                .path_bounds
+                .iter()
+                .map(|(g, _)| globs(&[g]))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The plan for an image at `path` (a model texture: its model's path) in `role`.
+    fn plan(&self, path: &str, role: Role, data_texture: bool) -> Plan {
+        let o = self.options;
+        Plan {
+            role,
+            lossy: role != Role::GltfTexture && (o.lossy || self.lossy.is_match(path)),
+            bound: o
+                .path_bounds
+                .iter()
+                .zip(&self.bounds)
+                .rev()
+                .find(|(_, set)| set.is_match(path))
+                .map_or(o.min_ssimulacra2, |((_, b), _)| *b),
+            data_texture,
+        }
+    }
+}
+
+/// [`optimize_image`], a panic in a codec being this image's failure, not the build's.
+fn optimize_guarded(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Optimized {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        optimize_image(bytes, plan, options)
+    }))
+    .unwrap_or_else(|panic| Optimized {
+        result: kept_result(
+            bytes,
+            plan,
+            format!(
+                "internal error: {}",
+                crate::gltf::panic_message(panic.as_ref())
+            ),
+        ),
+        chosen: None,
+    })
+}
+
+impl ImagesReport {
+    /// Counts one image's result; whether it carried a lossy estimate.
+    fn add(&mut self, result: ImageResult) -> bool {
+        self.images += 1;
+        if result.chosen == "original" {
+            self.kept += 1;
+        } else {
+            self.re_encoded += 1;
+        }
+        self.lossy |= result.chosen == "webp-lossy";
+        self.bytes_before += result.bytes_before;
+        self.bytes_after += result.bytes_after;
+        self.encode_ms += result.encode_ms;
+        let estimate = result.lossy_estimate.as_ref().map(|e| e.bytes);
+        let with_lossy = estimate.map_or(result.bytes_after, |e| e.min(result.bytes_after));
+        self.bytes_with_lossy = Some(self.bytes_with_lossy.unwrap_or(0) + with_lossy);
+        self.files.push(result);
+        estimate.is_some()
+    }
+}
+
 fn optimize_tree(
     files: Files<'_>,
     options: &ImageOptions,
     progress: &mut dyn FnMut(f64),
 ) -> Result<((FileTree, Vec<ServedImage>), ImagesReport), ImagesError> {
-    let globs = |patterns: &[&String]| -> Result<GlobSet, ImagesError> {
-        let mut set = GlobSetBuilder::new();
-        for p in patterns {
-            set.add(Glob::new(p).map_err(|e| ImagesError::Config(format!("glob {p:?}: {e}")))?);
-        }
-        set.build()
-            .map_err(|e| ImagesError::Config(format!("globs: {e}")))
-    };
-    let lossy_set = globs(&options.lossy_paths.iter().collect::<Vec<_>>())?;
-    let bound_globs: Vec<GlobSet> = options
-        .path_bounds
-        .iter()
-        .map(|(g, _)| globs(&[g]))
-        .collect::<Result<_, _>>()?;
+    let rules = PathRules::new(options)?;
     let images: Vec<_> = game_images(&files).collect();
+    let variants = model_variants(&files);
+    let steps = (images.len() + variants.len()).max(1) as f64;
     let mut tree = files.tree.clone();
     let mut served = Vec::new();
     let mut report = ImagesReport::default();
-    let mut with_lossy = 0u64;
     let mut estimated = false;
     for (n, (entry, role)) in images.iter().enumerate() {
         let io = |source| ImagesError::Io {
@@ -345,35 +424,8 @@ fn optimize_tree(
             source,
         };
         let bytes = std::fs::read(tree.root.join(&entry.path)).map_err(io)?;
-        let lossy = *role == Role::Standalone && (options.lossy || lossy_set.is_match(&entry.path));
-        let bound = options
-            .path_bounds
-            .iter()
-            .zip(&bound_globs)
-            .rev()
-            .find(|(_, set)| set.is_match(&entry.path))
-            .map_or(options.min_ssimulacra2, |((_, b), _)| *b);
-        let plan = Plan {
-            role: *role,
-            lossy,
-            bound,
-            data_texture: looks_like_data(&entry.path),
-        };
-        // A panic in a codec is this file's failure, not the build's.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            optimize_image(&bytes, &plan, options)
-        }))
-        .unwrap_or_else(|panic| Optimized {
-            result: kept_result(
-                &bytes,
-                &plan,
-                format!(
-                    "internal error: {}",
-                    crate::gltf::panic_message(panic.as_ref())
-                ),
-            ),
-            chosen: None,
-        });
+        let plan = rules.plan(&entry.path, *role, looks_like_data(&entry.path));
+        let outcome = optimize_guarded(&bytes, &plan, options);
         let mut result = outcome.result;
         result.path = entry.path.clone();
         result.used_by = entry.used_by.clone().filter(|_| *role == Role::GltfTexture);
@@ -385,10 +437,7 @@ fn optimize_tree(
                 result.bytes_after = result.bytes_before;
             } else {
                 super::add_file(&mut tree, &original, &bytes).map_err(io)?;
-                std::fs::write(tree.root.join(&entry.path), &chosen).map_err(io)?;
-                if let Some(f) = tree.files.iter_mut().find(|f| f.path == entry.path) {
-                    f.size = chosen.len() as u64;
-                }
+                write_file(&mut tree, &entry.path, &chosen).map_err(io)?;
                 served.push(ServedImage {
                     path: entry.path.clone(),
                     original,
@@ -396,30 +445,152 @@ fn optimize_tree(
                 });
             }
         }
-        report.images += 1;
-        if result.chosen == "original" {
-            report.kept += 1;
-        } else {
-            report.re_encoded += 1;
-        }
-        report.lossy |= result.chosen == "webp-lossy";
-        report.bytes_before += result.bytes_before;
-        report.bytes_after += result.bytes_after;
-        report.encode_ms += result.encode_ms;
-        with_lossy += match &result.lossy_estimate {
-            Some(e) => {
-                estimated = true;
-                e.bytes.min(result.bytes_after)
-            }
-            None => result.bytes_after,
-        };
-        report.files.push(result);
-        progress((n + 1) as f64 / images.len() as f64);
+        estimated |= report.add(result);
+        progress((n + 1) as f64 / steps);
     }
-    tree.files.sort_by(|a, b| a.path.cmp(&b.path));
+    for (n, (source, paths)) in variants.iter().enumerate() {
+        for result in model_textures(&mut tree, source, paths, &rules)? {
+            estimated |= report.add(result);
+        }
+        progress((images.len() + n + 1) as f64 / steps);
+    }
     report.bytes_saved = report.bytes_before.saturating_sub(report.bytes_after);
-    report.bytes_with_lossy = estimated.then_some(with_lossy);
+    if !estimated {
+        report.bytes_with_lossy = None;
+    }
     Ok(((tree, served), report))
+}
+
+/// The bytes of an image `model` references by `uri`: a `data:` URI, or a file of the build
+/// beside the model.
+fn image_at_uri(tree: &FileTree, model: &str, uri: &str) -> Result<Vec<u8>, String> {
+    if uri.starts_with("data:") {
+        return model::data_uri(uri).ok_or_else(|| "a data: URI that is not base64".into());
+    }
+    let path = crate::ir::resolve_uri(model, uri)
+        .filter(|p| tree.contains(p))
+        .ok_or_else(|| format!("{uri} is not in the build"))?;
+    std::fs::read(tree.root.join(&path)).map_err(|e| format!("{path}: {e}"))
+}
+
+/// Writes `data` over the tree's file at `path`, keeping its listed size true.
+fn write_file(tree: &mut FileTree, path: &str, data: &[u8]) -> std::io::Result<()> {
+    std::fs::write(tree.root.join(path), data)?;
+    if let Some(f) = tree.files.iter_mut().find(|f| f.path == path) {
+        f.size = data.len() as u64;
+    }
+    Ok(())
+}
+
+/// The geometry stage's variants in the tree, by model: the model's path and its variants'.
+fn model_variants(files: &Files<'_>) -> Vec<(String, Vec<String>)> {
+    let mut by_model: Vec<(String, Vec<String>)> = Vec::new();
+    for e in &files.inventory.entries {
+        let Some(source) = e.used_by.as_ref() else {
+            continue;
+        };
+        let is_variant = e.kind == FileKind::Glb
+            && e.error.is_none()
+            && ["quantized", "meshopt"]
+                .iter()
+                .any(|v| crate::ir::variant_path(source, v) == e.path);
+        if !is_variant {
+            continue;
+        }
+        match by_model.iter_mut().find(|(s, _)| s == source) {
+            Some((_, paths)) => paths.push(e.path.clone()),
+            None => by_model.push((source.clone(), vec![e.path.clone()])),
+        }
+    }
+    by_model
+}
+
+/// One model's embedded textures: each image optimised once (its variants embed the same
+/// images) and written into every variant. A variant that cannot be rewritten keeps its
+/// textures, the reason on each of its images; one result per image of the model.
+fn model_textures(
+    tree: &mut FileTree,
+    source: &str,
+    variants: &[String],
+    rules: &PathRules<'_>,
+) -> Result<Vec<ImageResult>, ImagesError> {
+    let io = |path: &str| {
+        let path = path.to_string();
+        move |source| ImagesError::Io { path, source }
+    };
+    let mut results: Vec<ImageResult> = Vec::new();
+    let mut chosen = std::collections::BTreeMap::new();
+    let mut images = Vec::new();
+    let mut rewritten = Vec::new();
+    for (v, path) in variants.iter().enumerate() {
+        let glb = std::fs::read(tree.root.join(path)).map_err(io(path))?;
+        let out = crate::gltf::guard_model(|| {
+            let (json, bin) = model::read_glb(&glb).map_err(|e| e.to_string())?;
+            if v == 0 {
+                // The first variant decides; the others embed the same images.
+                images = model::embedded_images(&json);
+                for image in &images {
+                    let name = image.name.as_deref().unwrap_or("");
+                    let data = looks_like_data(name) || !image.colour_only();
+                    let plan = rules.plan(source, Role::ModelTexture, data);
+                    let bytes = match (&image.view, &image.uri) {
+                        (Some(view), _) => model::view_bytes(&json, &bin, *view)
+                            .map(<[u8]>::to_vec)
+                            .map_err(|e| e.to_string()),
+                        (None, Some(uri)) => image_at_uri(tree, source, uri),
+                        (None, None) => Err("no bytes".into()),
+                    };
+                    let (mut result, out) = match bytes {
+                        Ok(bytes) => {
+                            let o = optimize_guarded(&bytes, &plan, rules.options);
+                            (o.result, o.chosen)
+                        }
+                        Err(e) => (
+                            kept_result(&[], &plan, format!("cannot read it: {e}")),
+                            None,
+                        ),
+                    };
+                    result.path = match &image.uri {
+                        Some(uri) if !uri.starts_with("data:") => {
+                            format!("{source}#images/{} ({uri})", image.index)
+                        }
+                        _ => format!("{source}#images/{}", image.index),
+                    };
+                    result.used_by = Some(source.to_string());
+                    result.slots = image.slots.clone();
+                    if let Some(out) = out {
+                        chosen.insert(image.index, out);
+                    }
+                    results.push(result);
+                }
+            }
+            if chosen.is_empty() {
+                return Ok(None);
+            }
+            model::with_textures(&glb, &images, &chosen)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        });
+        match out {
+            Ok(Some(out)) => rewritten.push((path, out)),
+            Ok(None) => {}
+            Err(why) => {
+                // No variant changes: the model's images are served as they were.
+                for result in &mut results {
+                    if result.chosen != "original" {
+                        result.kept = Some(format!("{path}: cannot rewrite its textures: {why}"));
+                        result.chosen = "original".into();
+                        result.bytes_after = result.bytes_before;
+                    }
+                }
+                return Ok(results);
+            }
+        }
+    }
+    for (path, out) in rewritten {
+        write_file(tree, path, &out).map_err(io(path))?;
+    }
+    Ok(results)
 }
 
 /// Names that say an image holds data, not colour: never perceptually lossy.
@@ -457,6 +628,7 @@ fn kept_result(bytes: &[u8], plan: &Plan, why: String) -> ImageResult {
         path: String::new(),
         role: plan.role,
         used_by: None,
+        slots: Vec::new(),
         source_format: Format::sniff(bytes),
         width: None,
         height: None,
@@ -576,7 +748,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
     };
     if options.lossless && format == Format::Png {
         let mut webp_bytes = None;
-        if plan.role == Role::Standalone {
+        if plan.role != Role::GltfTexture {
             let webp = webp_of(WebpMode::Lossless {
                 level: options.webp_lossless_level,
             });
@@ -605,7 +777,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         }
     }
     // Lossy: for standalone PNG/JPEG sources, searched when on, or estimated when not.
-    let lossy_allowed = plan.role == Role::Standalone
+    let lossy_allowed = plan.role != Role::GltfTexture
         && matches!(format, Format::Png | Format::Jpeg)
         && !plan.data_texture
         && webp_profile.is_ok();
@@ -697,11 +869,12 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         }
     }
     let gpu_bytes =
-        (plan.role == Role::GltfTexture).then(|| u64::from(width) * u64::from(height) * 4 * 4 / 3);
+        (plan.role != Role::Standalone).then(|| u64::from(width) * u64::from(height) * 4 * 4 / 3);
     let mut result = ImageResult {
         path: String::new(),
         role: plan.role,
         used_by: None,
+        slots: Vec::new(),
         source_format: format,
         width: Some(width),
         height: Some(height),

@@ -94,17 +94,58 @@ pub fn with_model<T>(
     Ok(guard_model(|| work(&bytes, &resources)))
 }
 
-/// Writes a file a stage made into the tree (its folders too) and lists it; the caller sorts
-/// `tree.files` when it is done adding.
+/// Writes a file a stage made into the tree (its folders too) and lists it in the tree's order.
 pub fn add_file(tree: &mut FileTree, path: &str, data: &[u8]) -> std::io::Result<()> {
     let full = tree.root.join(path);
     if let Some(parent) = full.parent() {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(&full, data)?;
-    tree.files.push(TreeFile {
-        path: path.to_string(),
-        size: data.len() as u64,
-    });
+    // In the tree's order, which `FileTree::contains` searches.
+    let at = tree.files.partition_point(|f| f.path.as_str() < path);
+    tree.files.insert(
+        at,
+        TreeFile {
+            path: path.to_string(),
+            size: data.len() as u64,
+        },
+    );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files a stage adds are found by `contains` at once (the images stage checks, image by
+    /// image, that the original's name is free before taking it).
+    #[test]
+    fn an_added_file_is_found_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tree = FileTree {
+            root: dir.path().to_path_buf(),
+            files: Vec::new(),
+        };
+        for path in [
+            "b/z.png",
+            "a.png",
+            "b/a.png",
+            "c.png",
+            "b/m.kiln-original.png",
+        ] {
+            add_file(&mut tree, path, b"x").unwrap();
+            assert!(tree.contains(path), "{path}");
+        }
+        let paths: Vec<_> = tree.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "a.png",
+                "b/a.png",
+                "b/m.kiln-original.png",
+                "b/z.png",
+                "c.png"
+            ]
+        );
+    }
 }

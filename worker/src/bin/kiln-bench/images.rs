@@ -1,5 +1,6 @@
-//! `kiln-bench images DIR`: the images stage on every PNG and JPEG under DIR beside `cwebp`
-//! (Debian's `webp` package), in the same run, as ratios:
+//! `kiln-bench images DIR`: the images stage on every PNG and JPEG under DIR, and every PNG
+//! and JPEG a `.glb` under DIR embeds (once per content: a texture also beside its `.gltf`
+//! twin is counted once), beside `cwebp` (Debian's `webp` package), in the same run, as ratios:
 //! - lossless: Kiln's choice (lossless WebP or optimised PNG, pixel-checked) against
 //!   `cwebp -lossless -exact` (PNG sources; a JPEG stays as it is in both);
 //! - bounded lossy: Kiln's smallest WebP at ssimulacra2 ≥ 80 against the smallest cwebp
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use kiln_stages::stages::images::{self, ImageOptions, Plan, Role, score};
+use kiln_stages::stages::images::codec::Format;
+use kiln_stages::stages::images::{self, ImageOptions, Plan, Role, model, score};
 
 /// Every PNG and JPEG under `dir`, sorted.
 fn images_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -98,10 +100,55 @@ struct Row {
     gpu_bytes: u64,
 }
 
+/// The images a `.glb` under `dir` embeds, each written to `scratch` (cwebp reads files):
+/// `(name, file)`, the name `model.glb#images/N`.
+fn embedded_under(dir: &Path, scratch: &Path) -> Vec<(String, PathBuf)> {
+    let mut glbs = Vec::new();
+    super::files_under(
+        dir,
+        &|name| name.to_ascii_lowercase().ends_with(".glb"),
+        &mut glbs,
+    );
+    let mut out = Vec::new();
+    for glb in glbs {
+        let Ok(bytes) = std::fs::read(&glb) else {
+            continue;
+        };
+        let Ok((json, bin)) = model::read_glb(&bytes) else {
+            continue;
+        };
+        let name = glb.strip_prefix(dir).unwrap_or(&glb).display().to_string();
+        for image in model::embedded_images(&json) {
+            let Some(Ok(data)) = image.view.map(|v| model::view_bytes(&json, &bin, v)) else {
+                continue;
+            };
+            let ext = match Format::sniff(data) {
+                Format::Png => "png",
+                Format::Jpeg => "jpg",
+                _ => continue,
+            };
+            let file = scratch.join(format!("embedded-{}.{ext}", out.len()));
+            std::fs::write(&file, data).expect("scratch file");
+            out.push((format!("{name}#images/{}", image.index), file));
+        }
+    }
+    out
+}
+
 pub fn run(args: &[String]) {
     let dir = PathBuf::from(&args[2]);
-    let mut paths = Vec::new();
-    images_under(&dir, &mut paths);
+    let scratch = std::env::temp_dir().join(format!("kiln-bench-images-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let mut files = Vec::new();
+    images_under(&dir, &mut files);
+    let mut paths: Vec<(String, PathBuf)> = files
+        .into_iter()
+        .map(|p| (p.strip_prefix(&dir).unwrap_or(&p).display().to_string(), p))
+        .collect();
+    paths.extend(embedded_under(&dir, &scratch));
+    // Each content once (a `.glb` often embeds the texture its `.gltf` twin references).
+    let mut seen = std::collections::HashSet::new();
+    paths.retain(|(_, p)| std::fs::read(p).is_ok_and(|b| seen.insert(b)));
     if paths.is_empty() {
         eprintln!("kiln-bench images: no PNG or JPEG under {}", dir.display());
         std::process::exit(1);
@@ -118,19 +165,13 @@ pub fn run(args: &[String]) {
             std::process::exit(1);
         }
     }
-    let scratch = std::env::temp_dir().join(format!("kiln-bench-images-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).expect("scratch dir");
     let options = ImageOptions {
         estimate_lossy: false,
         ..ImageOptions::default()
     };
     let mut rows = Vec::new();
-    for path in &paths {
-        let name = path
-            .strip_prefix(&dir)
-            .unwrap_or(path)
-            .display()
-            .to_string();
+    for (name, path) in paths {
+        let path = &path;
         let bytes = std::fs::read(path).expect("read image");
         let plan = |lossy| Plan {
             role: Role::Standalone,

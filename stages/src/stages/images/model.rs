@@ -1,0 +1,332 @@
+//! Textures of the geometry stage's model variants (`*.quantized.glb`, `*.meshopt.glb`).
+//!
+//! Each image a variant uses, embedded or referenced by URI (a `.gltf`'s `tex.png` beside it,
+//! or a `data:` URI), is re-encoded like a standalone image (lossless WebP or an optimised
+//! PNG; bounded lossy WebP where lossy is on for the model's path and every slot that samples
+//! the image is a colour slot) and put into the variant's binary chunk without touching its
+//! geometry ([`crate::gltf::relayout`]): a variant carries its textures, one request. A WebP is declared the glTF
+//! way: `EXT_texture_webp`, required, on every texture that samples it. The model's own file
+//! (the `original` variant) is left as uploaded: it is what a device that cannot decode WebP
+//! falls back to (`kiln.model` does on a failed decode), and the original is always published.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use super::codec::Format;
+use crate::gltf::cleanup::add_extension;
+use crate::gltf::{GltfError, invalid, relayout, split_glb};
+
+/// The WebP texture extension the variants declare when a texture became WebP.
+pub const WEBP_EXTENSION: &str = "EXT_texture_webp";
+
+/// Material slots whose texture holds colour (sRGB): the only ones that may be perceptually
+/// lossy. Every other slot (normal, occlusion, metallic-roughness, clearcoat, transmission,
+/// thickness…) holds data.
+const COLOUR_SLOTS: &[&str] = &[
+    "baseColorTexture",
+    "emissiveTexture",
+    "diffuseTexture",
+    "sheenColorTexture",
+    "specularColorTexture",
+];
+
+/// Texture extensions that already choose an image format; their images are left alone.
+const FORMAT_EXTENSIONS: &[&str] = &["EXT_texture_webp", "EXT_texture_avif", "KHR_texture_basisu"];
+
+/// An image of a model, where its bytes are, and where the model samples it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddedImage {
+    /// Its index in `images`.
+    pub index: usize,
+    /// Its `name`, if it has one.
+    pub name: Option<String>,
+    /// The buffer view holding its bytes (an image in the binary chunk).
+    pub view: Option<usize>,
+    /// Its URI (an image beside the model, or a `data:` URI) when it has no view.
+    pub uri: Option<String>,
+    /// The material slots that sample it (`materials[0].pbrMetallicRoughness.baseColorTexture`
+    /// shortened to `baseColorTexture`), sorted, without repeats.
+    pub slots: Vec<String>,
+}
+
+impl EmbeddedImage {
+    /// Sampled only by colour slots (and at least one): lossy may apply.
+    pub fn colour_only(&self) -> bool {
+        !self.slots.is_empty()
+            && self
+                .slots
+                .iter()
+                .all(|s| COLOUR_SLOTS.contains(&s.as_str()))
+    }
+}
+
+/// The images of a GLB the stage may re-encode: in a buffer view or at a URI, not behind a
+/// texture extension that already picked their format.
+pub fn embedded_images(json: &Value) -> Vec<EmbeddedImage> {
+    let textures = json.get("textures").and_then(Value::as_array);
+    let textures = textures.map_or(&[][..], Vec::as_slice);
+    let mut blocked = BTreeSet::new();
+    for texture in textures {
+        let source = texture.get("source").and_then(Value::as_u64);
+        match texture.get("extensions") {
+            None => {}
+            Some(Value::Object(exts)) => {
+                for (name, ext) in exts {
+                    if FORMAT_EXTENSIONS.contains(&name.as_str()) {
+                        blocked.extend(source);
+                        blocked.extend(ext.get("source").and_then(Value::as_u64));
+                    }
+                }
+            }
+            // Not an object: no extension can be added there; its image is left alone.
+            Some(_) => blocked.extend(source),
+        }
+    }
+    let mut slots: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for material in json
+        .get("materials")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        texture_slots(material, "", &mut |slot, texture| {
+            if let Some(image) = textures
+                .get(texture as usize)
+                .and_then(|t| t.get("source"))
+                .and_then(Value::as_u64)
+            {
+                slots.entry(image).or_default().insert(slot.to_string());
+            }
+        });
+    }
+    json.get("images")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(index, image)| {
+            let view = image.get("bufferView").and_then(Value::as_u64);
+            let uri = image.get("uri").and_then(Value::as_str);
+            if view.is_some() == uri.is_some() || blocked.contains(&(index as u64)) {
+                return None;
+            }
+            Some(EmbeddedImage {
+                index,
+                name: image
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                view: view.map(|v| v as usize),
+                uri: uri.map(str::to_string),
+                slots: slots
+                    .remove(&(index as u64))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// Calls `found(slot, texture)` for every texture reference (`{"index": n, …}` under a key)
+/// in a material, extensions included.
+fn texture_slots(value: &Value, key: &str, found: &mut dyn FnMut(&str, u64)) {
+    match value {
+        Value::Object(object) => {
+            if !key.is_empty()
+                && let Some(texture) = object.get("index").and_then(Value::as_u64)
+            {
+                found(key, texture);
+            }
+            for (k, v) in object {
+                texture_slots(v, k, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| texture_slots(v, key, found)),
+        _ => {}
+    }
+}
+
+/// The bytes of view `view` of a GLB's binary chunk (a plain view: images never are
+/// meshopt-compressed).
+pub fn view_bytes<'a>(json: &Value, bin: &'a [u8], view: usize) -> Result<&'a [u8], GltfError> {
+    let what = format!("bufferViews[{view}]");
+    let v = json
+        .pointer(&format!("/bufferViews/{view}"))
+        .ok_or_else(|| invalid(&what, "does not exist"))?;
+    let count = |key: &str| {
+        v.get(key)
+            .map_or(Some(0), Value::as_u64)
+            .map(|n| n as usize)
+    };
+    if count("buffer") != Some(0) || v.get("extensions").is_some() {
+        return Err(invalid(&what, "is not a plain view of the binary chunk"));
+    }
+    let start = count("byteOffset").ok_or_else(|| invalid(&what, "byteOffset"))?;
+    let length = count("byteLength").ok_or_else(|| invalid(&what, "byteLength"))?;
+    start
+        .checked_add(length)
+        .and_then(|end| bin.get(start..end))
+        .ok_or_else(|| invalid(&what, "runs past the binary chunk"))
+}
+
+/// A GLB's JSON and binary chunk.
+pub fn read_glb(glb: &[u8]) -> Result<(Value, Vec<u8>), GltfError> {
+    let (json, bin) = split_glb(glb)?;
+    let json = serde_json::from_slice(&json).map_err(|e| GltfError::Json(e.to_string()))?;
+    Ok((json, bin.unwrap_or_default()))
+}
+
+/// The bytes of a `data:` URI (`data:[type][;base64],…`); `None` for any other URI.
+pub fn data_uri(uri: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let (head, data) = uri.strip_prefix("data:")?.split_once(',')?;
+    if head.ends_with(";base64") {
+        base64::engine::general_purpose::STANDARD.decode(data).ok()
+    } else {
+        None
+    }
+}
+
+/// The variant `glb` with each image of `chosen` (image index → new bytes and their format)
+/// in its binary chunk: in place of its bytes where it had a view, in a new view where it had
+/// a URI (the URI removed). A WebP gets `image/webp` and every texture sampling it
+/// `EXT_texture_webp` (required); a PNG or JPEG stays core glTF.
+pub fn with_textures(
+    glb: &[u8],
+    images: &[EmbeddedImage],
+    chosen: &BTreeMap<usize, (Vec<u8>, Format)>,
+) -> Result<Vec<u8>, GltfError> {
+    let chosen_images = images.iter().filter(|i| chosen.contains_key(&i.index));
+    let mut views: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut referenced = Vec::new();
+    for image in chosen_images {
+        match image.view {
+            Some(view) => {
+                views.insert(image.index, view);
+            }
+            None => referenced.push(image.index),
+        }
+    }
+    // A URI image gets an empty view at the end of the chunk, which the relayout fills.
+    let with_views;
+    let glb = if referenced.is_empty() {
+        glb
+    } else {
+        let (mut json, bin) = read_glb(glb)?;
+        if json
+            .get("buffers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+        {
+            json["buffers"] = json!([{ "byteLength": 0 }]);
+        }
+        if !json["buffers"][0].is_object() || json["buffers"][0].get("uri").is_some() {
+            return Err(invalid("buffers[0]", "is not the GLB's binary chunk"));
+        }
+        if !json.get("bufferViews").is_some_and(Value::is_array) {
+            json["bufferViews"] = json!([]);
+        }
+        for index in referenced {
+            let list = json["bufferViews"].as_array_mut().expect("an array");
+            views.insert(index, list.len());
+            list.push(json!({ "buffer": 0, "byteOffset": bin.len(), "byteLength": 0 }));
+            let image = json["images"][index]
+                .as_object_mut()
+                .ok_or_else(|| invalid(format!("images[{index}]"), "is not an object"))?;
+            image.remove("uri");
+            image.insert("bufferView".into(), json!(views[&index]));
+        }
+        with_views = crate::gltf::write_glb(json, Some(&bin));
+        &with_views[..]
+    };
+    let replacements: BTreeMap<usize, Vec<u8>> = views
+        .iter()
+        .map(|(index, view)| (*view, chosen[index].0.clone()))
+        .collect();
+    relayout::replace_views(glb, &replacements, |json| {
+        let mut webp = false;
+        for (&index, (_, format)) in chosen {
+            let mime = match format {
+                Format::Webp => "image/webp",
+                Format::Png => "image/png",
+                Format::Jpeg => "image/jpeg",
+                _ => continue,
+            };
+            json["images"][index]["mimeType"] = json!(mime);
+            if *format != Format::Webp {
+                continue;
+            }
+            webp = true;
+            for texture in json
+                .get_mut("textures")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if texture.get("source").and_then(Value::as_u64) == Some(index as u64) {
+                    let object = texture.as_object_mut().expect("textures are objects");
+                    object.remove("source");
+                    let exts = object.entry("extensions").or_insert_with(|| json!({}));
+                    exts[WEBP_EXTENSION] = json!({ "source": index });
+                }
+            }
+        }
+        if webp {
+            add_extension(json, WEBP_EXTENSION, true);
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_say_which_images_are_colour_and_which_data() {
+        let json = json!({
+            "images": [
+                { "bufferView": 0 }, { "bufferView": 1 }, { "bufferView": 2 },
+                { "uri": "outside.png" }, { "bufferView": 3 }, { "bufferView": 4 },
+                { "uri": "both.png", "bufferView": 5 },
+            ],
+            "textures": [
+                { "source": 0 }, { "source": 1 }, { "source": 2 }, { "source": 3 },
+                { "source": 4, "extensions": { "KHR_texture_basisu": { "source": 5 } } },
+            ],
+            "materials": [
+                { "pbrMetallicRoughness": { "baseColorTexture": { "index": 0 },
+                                            "metallicRoughnessTexture": { "index": 1 } },
+                  "normalTexture": { "index": 1 }, "emissiveTexture": { "index": 2 } },
+                // The same image as colour in one material and as data in another.
+                { "extensions": { "KHR_materials_sheen": { "sheenColorTexture": { "index": 2 },
+                                                            "sheenRoughnessTexture": { "index": 2 } } } },
+            ],
+        });
+        let images = embedded_images(&json);
+        let got: Vec<_> = images
+            .iter()
+            .map(|i| (i.index, i.slots.join(","), i.colour_only()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "baseColorTexture".to_string(), true),
+                (
+                    1,
+                    "metallicRoughnessTexture,normalTexture".to_string(),
+                    false
+                ),
+                (
+                    2,
+                    "emissiveTexture,sheenColorTexture,sheenRoughnessTexture".to_string(),
+                    false
+                ),
+                (3, String::new(), false),
+            ]
+        );
+        assert_eq!(images[3].uri.as_deref(), Some("outside.png"));
+        assert_eq!(images[0].view, Some(0));
+    }
+}
