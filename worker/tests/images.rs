@@ -483,6 +483,19 @@ enum Expect {
     JpegKept,
 }
 
+/// `lossy`, the served encoding of `source`, is under half its bytes and scores at least the
+/// default bound (ssimulacra2 80) against it.
+fn assert_lossy_at_bound(source: &[u8], lossy: &[u8]) {
+    assert!(
+        lossy.len() < source.len() / 2,
+        "{} vs {}",
+        lossy.len(),
+        source.len()
+    );
+    let s = score::score(&decoded(source).to_rgba8(), &decoded(lossy).to_rgba8()).unwrap();
+    assert!(s.ssimulacra2 >= 80.0, "{s:?}");
+}
+
 /// The whole pipeline: a 2D build's images served at their own paths as WebP (true type in
 /// the key), the originals published and listed, a glTF texture kept PNG, the report and a
 /// build setting turning lossy on for one folder; a bad `[images]` key fails the build naming it.
@@ -561,16 +574,7 @@ fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals()
         .collect();
     assert_eq!(encodings, ["webp-lossless", "original"]);
     // The background is in the lossy folder: lossy WebP within the bound.
-    let sky = file("bg/sky.png");
-    let sky_bytes = object(&sky);
-    assert!(
-        sky_bytes.len() < bg.len() / 2,
-        "{} vs {}",
-        sky_bytes.len(),
-        bg.len()
-    );
-    let s = score::score(&decoded(&bg).to_rgba8(), &decoded(&sky_bytes).to_rgba8()).unwrap();
-    assert!(s.ssimulacra2 >= 80.0, "{s:?}");
+    assert_lossy_at_bound(&bg, &object(&file("bg/sky.png")));
     // The glTF texture stays PNG at its path (for the `.gltf` as uploaded); the model's
     // variants carry it as WebP in their binary chunk, the URI gone.
     let tex = file("models/tex.png");
@@ -865,15 +869,7 @@ fn a_models_texture_is_webp_in_its_variants_and_the_model_itself_is_kept() {
         let view = json["images"][i]["bufferView"].as_u64().unwrap() as usize;
         model::view_bytes(&json, &bin, view).unwrap().to_vec()
     };
-    let lossy = image(0);
-    assert!(
-        lossy.len() < colour.len() / 2,
-        "{} vs {}",
-        lossy.len(),
-        colour.len()
-    );
-    let s = score::score(&decoded(&colour).to_rgba8(), &decoded(&lossy).to_rgba8()).unwrap();
-    assert!(s.ssimulacra2 >= 80.0, "{s:?}");
+    assert_lossy_at_bound(&colour, &image(0));
     assert_eq!(
         decoded(&image(1)).to_rgba8().as_raw(),
         decoded(&normal).to_rgba8().as_raw()
