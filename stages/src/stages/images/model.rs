@@ -283,6 +283,57 @@ pub fn with_textures(
 mod tests {
     use super::*;
 
+    /// A `data:` URI image (and a file one) moves into the binary chunk as WebP: the URI gone,
+    /// a view holding the bytes, the texture pointing at it through `EXT_texture_webp`.
+    #[test]
+    fn a_uri_image_moves_into_the_chunk() {
+        use base64::Engine;
+        let png = b"\x89PNG\r\n\x1a\n pretend".to_vec();
+        let uri = format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(&png)
+        );
+        assert_eq!(data_uri(&uri), Some(png));
+        assert_eq!(data_uri("data:image/png,%89PNG"), None);
+        assert_eq!(data_uri("tex.png"), None);
+        let glb = crate::gltf::Asset {
+            json: json!({
+                "asset": { "version": "2.0" },
+                "buffers": [{ "byteLength": 4 }],
+                "bufferViews": [{ "buffer": 0, "byteLength": 4 }],
+                "images": [{ "uri": uri }, { "uri": "tex.png" }],
+                "textures": [{ "source": 0 }, { "source": 1 }],
+                "materials": [{ "pbrMetallicRoughness": { "baseColorTexture": { "index": 0 } } }],
+            }),
+            views: vec![vec![1, 2, 3, 4]],
+        }
+        .to_glb();
+        let (json, _) = read_glb(&glb).unwrap();
+        let images = embedded_images(&json);
+        assert_eq!(images.len(), 2);
+        let webp = b"RIFF\x04\0\0\0WEBPmore".to_vec();
+        let chosen = BTreeMap::from([
+            (0, (webp.clone(), Format::Webp)),
+            (1, (b"png".to_vec(), Format::Png)),
+        ]);
+        let out = with_textures(&glb, &images, &chosen).unwrap();
+        let (json, bin) = read_glb(&out).unwrap();
+        for (i, bytes, mime) in [(0, &webp[..], "image/webp"), (1, b"png", "image/png")] {
+            let image = &json["images"][i];
+            assert!(image.get("uri").is_none(), "{image}");
+            assert_eq!(image["mimeType"], mime);
+            let view = image["bufferView"].as_u64().unwrap() as usize;
+            assert_eq!(view_bytes(&json, &bin, view).unwrap(), bytes);
+        }
+        assert_eq!(view_bytes(&json, &bin, 0).unwrap(), [1, 2, 3, 4]);
+        assert_eq!(
+            json["textures"][0],
+            json!({ "extensions": { "EXT_texture_webp": { "source": 0 } } })
+        );
+        assert_eq!(json["textures"][1], json!({ "source": 1 }));
+        assert_eq!(json["extensionsRequired"], json!(["EXT_texture_webp"]));
+    }
+
     #[test]
     fn slots_say_which_images_are_colour_and_which_data() {
         let json = json!({
