@@ -507,37 +507,18 @@ fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals()
     let bg = png_of(&background(256, 256));
     let gltf = br#"{"asset":{"version":"2.0"},"images":[{"uri":"tex.png"}]}"#;
     let kiln_toml = b"[images]\nlossy = [\"bg/**\"]\n";
-    let package = dir.path().join("game.zip");
-    std::fs::write(
-        &package,
-        support::zip_with(&[
+    let (out, manifest, report) = process(
+        dir.path(),
+        "game",
+        &[
             ("index.html", b"<!doctype html><img src=sprites/a.png>"),
             ("sprites/a.png", &sprite),
             ("bg/sky.png", &bg),
             ("models/m.gltf", gltf),
             ("models/tex.png", &texture),
             ("kiln.toml", kiln_toml),
-        ]),
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let status = Command::new(env!("CARGO_BIN_EXE_kiln-worker"))
-        .args([
-            "process",
-            package.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .env("KILN_DATA_DIR", dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
+        ],
     );
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let file = |path: &str| {
         manifest["files"]
             .as_array()
@@ -579,8 +560,6 @@ fn a_build_publishes_smaller_images_at_their_own_paths_and_keeps_the_originals()
     // variants carry it as WebP in their binary chunk, the URI gone.
     let tex = file("models/tex.png");
     assert_eq!(tex["content_type"], "image/png");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let stage = &report["stages"]["images"];
     let (json, bin) = model::read_glb(&object(&file("models/m.meshopt.glb"))).unwrap();
     assert!(json["images"][0].get("uri").is_none(), "{json} {stage}");
