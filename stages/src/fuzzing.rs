@@ -143,7 +143,7 @@ fn model_textures(glb: &[u8]) -> Option<Vec<u8>> {
     use crate::stages::images::codec::Format;
     use crate::stages::images::model;
     let (json, bin) = model::read_glb(glb).ok()?;
-    let images = model::embedded_images(&json);
+    let images = model::model_images(&json);
     let webp = b"RIFF\x04\0\0\0WEBP".to_vec();
     let chosen: std::collections::BTreeMap<_, _> = images
         .iter()
@@ -154,7 +154,7 @@ fn model_textures(glb: &[u8]) -> Option<Vec<u8>> {
         })
         .map(|i| (i.index, (webp.clone(), Format::Webp)))
         .collect();
-    let out = model::with_textures(glb, &images, &chosen).ok()?;
+    let out = model::with_textures(json, &bin, &images, &chosen).ok()?;
     let (json, bin) = model::read_glb(&out).expect("a rewritten GLB reads back");
     for image in images.iter().filter(|i| chosen.contains_key(&i.index)) {
         let view = json["images"][image.index]["bufferView"]

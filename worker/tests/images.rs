@@ -719,7 +719,7 @@ fn a_models_texture_is_webp_in_its_variants_and_the_model_itself_is_kept() {
         &[("index.html", b"<!doctype html>"), ("assets/Fox.glb", &fox)],
     );
     let (source_json, source_bin) = model::read_glb(&fox).unwrap();
-    let source_images = model::embedded_images(&source_json);
+    let source_images = model::model_images(&source_json);
     assert_eq!(source_images.len(), 1, "the Fox embeds one texture");
     let png = model::view_bytes(&source_json, &source_bin, source_images[0].view.unwrap())
         .unwrap()

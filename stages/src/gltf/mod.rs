@@ -83,6 +83,21 @@ pub fn read_path(path: &std::path::Path) -> Result<Asset, GltfError> {
     Asset::read(&bytes, &DirResources(dir))
 }
 
+/// The bytes of a `data:` URI (`None` for any other URI); one that is not base64 is an error.
+pub fn data_uri(uri: &str) -> Option<Result<Vec<u8>, String>> {
+    if !uri.starts_with("data:") {
+        return None;
+    }
+    let Some((_, payload)) = uri.split_once(";base64,") else {
+        return Some(Err("data URI is not base64".into()));
+    };
+    Some(
+        base64::engine::general_purpose::STANDARD
+            .decode(payload)
+            .map_err(|e| format!("data URI: {e}")),
+    )
+}
+
 /// Splits a GLB into its JSON and binary chunks. Parsed by hand, every length checked: the
 /// gltf crate's `Glb::from_slice` panics on some malformed headers (found with the Khronos
 /// validator's test files).
@@ -595,24 +610,12 @@ fn load_buffers(
             .or_else(|| buffer.pointer("/extensions/KHR_meshopt_compression/fallback"))
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let data = match buffer.get("uri").and_then(Value::as_str) {
-            Some(uri) if uri.starts_with("data:") => {
-                let (_, payload) = uri
-                    .split_once(";base64,")
-                    .ok_or_else(|| GltfError::Buffer {
-                        index,
-                        reason: "data URI is not base64".into(),
-                    })?;
-                Some(
-                    base64::engine::general_purpose::STANDARD
-                        .decode(payload)
-                        .map_err(|e| GltfError::Buffer {
-                            index,
-                            reason: format!("data URI: {e}"),
-                        })?,
-                )
+        let uri = buffer.get("uri").and_then(Value::as_str);
+        let data = match uri.map(|uri| (uri, data_uri(uri))) {
+            Some((_, Some(decoded))) => {
+                Some(decoded.map_err(|reason| GltfError::Buffer { index, reason })?)
             }
-            Some(uri) => Some(resources.load(uri).ok_or_else(|| GltfError::Buffer {
+            Some((uri, None)) => Some(resources.load(uri).ok_or_else(|| GltfError::Buffer {
                 index,
                 reason: format!("external file {uri:?} is not in the build"),
             })?),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::{GltfError, invalid, split_glb, write_glb};
+use super::{GltfError, invalid, write_glb};
 
 const MESHOPT: [&str; 2] = ["EXT_meshopt_compression", "KHR_meshopt_compression"];
 
@@ -25,18 +25,14 @@ struct Region {
     owner: Owner,
 }
 
-/// The GLB `glb` with view `i`'s bytes replaced by `replacements[i]` (each such view must be a
-/// plain view of the binary chunk sharing its bytes with no other), and `edit` applied to its
-/// JSON (the caller's changes that go with the new bytes: a MIME type, an extension).
-pub fn replace_views(
-    glb: &[u8],
-    replacements: &BTreeMap<usize, Vec<u8>>,
-    edit: impl FnOnce(&mut Value),
+/// A GLB of `json` and the binary chunk `old`, with view `i`'s bytes replaced by
+/// `replacements[i]` (each such view must be a plain view of the binary chunk sharing its bytes
+/// with no other).
+pub fn relayout(
+    mut json: Value,
+    old: &[u8],
+    replacements: &BTreeMap<usize, &[u8]>,
 ) -> Result<Vec<u8>, GltfError> {
-    let (json_bytes, bin) = split_glb(glb)?;
-    let mut json: Value =
-        serde_json::from_slice(&json_bytes).map_err(|e| GltfError::Json(e.to_string()))?;
-    let old = bin.unwrap_or_default();
     if !json.is_object() {
         return Err(GltfError::Json("top level is not an object".into()));
     }
@@ -145,7 +141,6 @@ pub fn replace_views(
     if !json_views.is_empty() {
         json["bufferViews"] = Value::Array(json_views);
     }
-    edit(&mut json);
     if in_chunk {
         json["buffers"][0]["byteLength"] = json!(bin.len());
         Ok(write_glb(json, Some(&bin)))
@@ -208,6 +203,15 @@ mod tests {
         ])
     }
 
+    /// A GLB's JSON and binary chunk.
+    fn parse(glb: &[u8]) -> (Value, Vec<u8>) {
+        let (json, bin) = crate::gltf::split_glb(glb).unwrap();
+        (
+            serde_json::from_slice(&json).unwrap(),
+            bin.unwrap_or_default(),
+        )
+    }
+
     #[test]
     fn a_view_of_a_meshopt_glb_is_replaced_and_the_geometry_still_decodes() {
         let asset = asset();
@@ -216,18 +220,18 @@ mod tests {
             asset.to_glb(),
             write_meshopt(&asset, &codecs, MeshoptCodec::Ext, 2),
         ] {
-            let longer = b"a longer image, not a multiple of four".to_vec();
-            let replaced = replace_views(&glb, &BTreeMap::from([(1, longer.clone())]), |json| {
-                json["images"][0]["mimeType"] = json!("image/webp");
-            })
-            .unwrap();
+            let longer = b"a longer image, not a multiple of four";
+            let (mut json, bin) = parse(&glb);
+            json["images"][0]["mimeType"] = json!("image/webp");
+            let replaced = relayout(json, &bin, &BTreeMap::from([(1, &longer[..])])).unwrap();
             let back = Asset::read(&replaced, &NoResources).unwrap();
             assert_eq!(back.views[0], asset.views[0]);
             assert_eq!(back.views[1], longer);
             assert_eq!(back.views[2], asset.views[2]);
             assert_eq!(back.json["images"][0]["mimeType"], "image/webp");
             // Nothing changed stays the same bytes when nothing is replaced.
-            let same = replace_views(&glb, &BTreeMap::new(), |_| {}).unwrap();
+            let (json, bin) = parse(&glb);
+            let same = relayout(json, &bin, &BTreeMap::new()).unwrap();
             assert_eq!(Asset::read(&same, &NoResources).unwrap().views, asset.views);
         }
     }
@@ -236,23 +240,21 @@ mod tests {
     fn views_it_cannot_replace_are_refused() {
         let asset = asset();
         let codecs = codecs();
-        let meshopt = write_meshopt(&asset, &codecs, MeshoptCodec::Ext, 2);
+        let (json, bin) = parse(&write_meshopt(&asset, &codecs, MeshoptCodec::Ext, 2));
         // A meshopt-compressed view, and a view that does not exist.
         for view in [0, 7] {
-            let err = replace_views(&meshopt, &BTreeMap::from([(view, vec![1])]), |_| {});
+            let err = relayout(json.clone(), &bin, &BTreeMap::from([(view, &[1u8][..])]));
             assert!(err.is_err(), "{view}");
         }
         // Two views over the same bytes.
-        let mut shared = asset.to_glb();
-        let (json, bin) = split_glb(&shared).unwrap();
-        let mut json: Value = serde_json::from_slice(&json).unwrap();
+        let (mut json, bin) = parse(&asset.to_glb());
         json["bufferViews"][2]["byteOffset"] = json["bufferViews"][1]["byteOffset"].clone();
         json["bufferViews"][2]["byteLength"] = json!(4);
-        shared = write_glb(json, bin.as_deref());
-        let err = replace_views(&shared, &BTreeMap::from([(1, vec![1])]), |_| {}).unwrap_err();
+        let err = relayout(json, &bin, &BTreeMap::from([(1, &[1u8][..])])).unwrap_err();
         assert!(err.to_string().contains("shares"), "{err}");
         // A view past the chunk.
-        let err = replace_views(&asset.to_glb()[..100], &BTreeMap::new(), |_| {});
+        let (json, bin) = parse(&asset.to_glb());
+        let err = relayout(json, &bin[..10], &BTreeMap::new());
         assert!(err.is_err());
     }
 }

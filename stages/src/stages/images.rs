@@ -35,8 +35,9 @@ use serde::Serialize;
 
 use self::codec::{Format, WebpMode};
 use super::{Stage, StageError};
+use crate::gltf::Resources;
 pub use crate::ir::ServedImage;
-use crate::ir::{FileKind, FileTree, Files, InventoryEntry};
+use crate::ir::{FileKind, FileTree, Files, InventoryEntry, TreeResources};
 
 pub const NAME: &str = "images";
 
@@ -464,13 +465,12 @@ fn optimize_tree(
 /// The bytes of an image `model` references by `uri`: a `data:` URI, or a file of the build
 /// beside the model.
 fn image_at_uri(tree: &FileTree, model: &str, uri: &str) -> Result<Vec<u8>, String> {
-    if uri.starts_with("data:") {
-        return model::data_uri(uri).ok_or_else(|| "a data: URI that is not base64".into());
+    match crate::gltf::data_uri(uri) {
+        Some(decoded) => decoded,
+        None => TreeResources { tree, model }
+            .load(uri)
+            .ok_or_else(|| format!("{uri} is not in the build")),
     }
-    let path = crate::ir::resolve_uri(model, uri)
-        .filter(|p| tree.contains(p))
-        .ok_or_else(|| format!("{uri} is not in the build"))?;
-    std::fs::read(tree.root.join(&path)).map_err(|e| format!("{path}: {e}"))
 }
 
 /// Writes `data` over the tree's file at `path`, keeping its listed size true.
@@ -505,9 +505,9 @@ fn model_variants(files: &Files<'_>) -> Vec<(String, Vec<String>)> {
     by_model
 }
 
-/// One model's embedded textures: each image optimised once (its variants embed the same
-/// images) and written into every variant. A variant that cannot be rewritten keeps its
-/// textures, the reason on each of its images; one result per image of the model.
+/// One model's textures: each image optimised once (its variants hold the same images) and
+/// written into every variant. A variant that cannot be rewritten leaves them all as they
+/// were, the reason on each of the model's images; one result per image of the model.
 fn model_textures(
     tree: &mut FileTree,
     source: &str,
@@ -518,62 +518,39 @@ fn model_textures(
         let path = path.to_string();
         move |source| ImagesError::Io { path, source }
     };
-    let mut results: Vec<ImageResult> = Vec::new();
-    let mut chosen = std::collections::BTreeMap::new();
-    let mut images = Vec::new();
-    let mut rewritten = Vec::new();
-    for (v, path) in variants.iter().enumerate() {
+    let read = |path: &str| -> Result<Result<(serde_json::Value, Vec<u8>), String>, ImagesError> {
         let glb = std::fs::read(tree.root.join(path)).map_err(io(path))?;
-        let out = crate::gltf::guard_model(|| {
-            let (json, bin) = model::read_glb(&glb).map_err(|e| e.to_string())?;
-            if v == 0 {
-                // The first variant decides; the others embed the same images.
-                images = model::embedded_images(&json);
-                for image in &images {
-                    let name = image.name.as_deref().unwrap_or("");
-                    let data = looks_like_data(name) || !image.colour_only();
-                    let plan = rules.plan(source, Role::ModelTexture, data);
-                    let bytes = match (&image.view, &image.uri) {
-                        (Some(view), _) => model::view_bytes(&json, &bin, *view)
-                            .map(<[u8]>::to_vec)
-                            .map_err(|e| e.to_string()),
-                        (None, Some(uri)) => image_at_uri(tree, source, uri),
-                        (None, None) => Err("no bytes".into()),
-                    };
-                    let (mut result, out) = match bytes {
-                        Ok(bytes) => {
-                            let o = optimize_guarded(&bytes, &plan, rules.options);
-                            (o.result, o.chosen)
-                        }
-                        Err(e) => (
-                            kept_result(&[], &plan, format!("cannot read it: {e}")),
-                            None,
-                        ),
-                    };
-                    result.path = match &image.uri {
-                        Some(uri) if !uri.starts_with("data:") => {
-                            format!("{source}#images/{} ({uri})", image.index)
-                        }
-                        _ => format!("{source}#images/{}", image.index),
-                    };
-                    result.used_by = Some(source.to_string());
-                    result.slots = image.slots.clone();
-                    if let Some(out) = out {
-                        chosen.insert(image.index, out);
-                    }
-                    results.push(result);
-                }
-            }
-            if chosen.is_empty() {
-                return Ok(None);
-            }
-            model::with_textures(&glb, &images, &chosen)
-                .map(Some)
-                .map_err(|e| e.to_string())
+        Ok(model::read_glb(&glb).map_err(|e| e.to_string()))
+    };
+    // The first variant decides: the others hold the same images.
+    let Some(first) = variants.first() else {
+        return Ok(Vec::new());
+    };
+    let Ok((json, bin)) = read(first)? else {
+        return Ok(Vec::new());
+    };
+    let Ok((images, chosen, mut results)) =
+        crate::gltf::guard_model(|| Ok(choose_textures(tree, source, &json, &bin, rules)))
+    else {
+        return Ok(Vec::new());
+    };
+    if chosen.is_empty() {
+        return Ok(results);
+    }
+    let mut parsed = Some((json, bin));
+    let mut rewritten = Vec::new();
+    for path in variants {
+        let glb = match parsed.take() {
+            Some(first) => Ok(first),
+            None => read(path)?,
+        };
+        let out = glb.and_then(|(json, bin)| {
+            crate::gltf::guard_model(|| {
+                model::with_textures(json, &bin, &images, &chosen).map_err(|e| e.to_string())
+            })
         });
         match out {
-            Ok(Some(out)) => rewritten.push((path, out)),
-            Ok(None) => {}
+            Ok(out) => rewritten.push((path, out)),
             Err(why) => {
                 // No variant changes: the model's images are served as they were.
                 for result in &mut results {
@@ -591,6 +568,55 @@ fn model_textures(
         write_file(tree, path, &out).map_err(io(path))?;
     }
     Ok(results)
+}
+
+/// The encodings chosen for a model's images (JSON and binary chunk of one of its variants):
+/// the images, the chosen bytes by image index, and one result per image.
+fn choose_textures(
+    tree: &FileTree,
+    source: &str,
+    json: &serde_json::Value,
+    bin: &[u8],
+    rules: &PathRules<'_>,
+) -> (Vec<model::ModelImage>, model::Chosen, Vec<ImageResult>) {
+    let images = model::model_images(json);
+    let mut chosen = model::Chosen::new();
+    let mut results = Vec::new();
+    for image in &images {
+        let name = image.name.as_deref().unwrap_or("");
+        let data = looks_like_data(name) || !image.colour_only();
+        let plan = rules.plan(source, Role::ModelTexture, data);
+        let bytes = match (&image.view, &image.uri) {
+            (Some(view), _) => model::view_bytes(json, bin, *view)
+                .map(<[u8]>::to_vec)
+                .map_err(|e| e.to_string()),
+            (None, Some(uri)) => image_at_uri(tree, source, uri),
+            (None, None) => Err("no bytes".into()),
+        };
+        let (mut result, out) = match bytes {
+            Ok(bytes) => {
+                let o = optimize_guarded(&bytes, &plan, rules.options);
+                (o.result, o.chosen)
+            }
+            Err(e) => (
+                kept_result(&[], &plan, format!("cannot read it: {e}")),
+                None,
+            ),
+        };
+        result.path = match &image.uri {
+            Some(uri) if !uri.starts_with("data:") => {
+                format!("{source}#images/{} ({uri})", image.index)
+            }
+            _ => format!("{source}#images/{}", image.index),
+        };
+        result.used_by = Some(source.to_string());
+        result.slots = image.slots.clone();
+        if let Some(out) = out {
+            chosen.insert(image.index, out);
+        }
+        results.push(result);
+    }
+    (images, chosen, results)
 }
 
 /// Names that say an image holds data, not colour: never perceptually lossy.

@@ -1146,7 +1146,6 @@ fn bake_tree(
             error: None,
         });
     }
-    tree.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((tree, report))
 }
 

@@ -628,7 +628,6 @@ fn optimize_tree(
                         source,
                     })?;
                 }
-                tree.files.sort_by(|a, b| a.path.cmp(&b.path));
                 report.optimized += 1;
                 report.bytes_before += model.report.bytes_before;
                 report.quantized_bytes += model.report.quantized_bytes;

@@ -36,7 +36,7 @@ const FORMAT_EXTENSIONS: &[&str] = &["EXT_texture_webp", "EXT_texture_avif", "KH
 
 /// An image of a model, where its bytes are, and where the model samples it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct EmbeddedImage {
+pub struct ModelImage {
     /// Its index in `images`.
     pub index: usize,
     /// Its `name`, if it has one.
@@ -50,7 +50,7 @@ pub struct EmbeddedImage {
     pub slots: Vec<String>,
 }
 
-impl EmbeddedImage {
+impl ModelImage {
     /// Sampled only by colour slots (and at least one): lossy may apply.
     pub fn colour_only(&self) -> bool {
         !self.slots.is_empty()
@@ -63,7 +63,7 @@ impl EmbeddedImage {
 
 /// The images of a GLB the stage may re-encode: in a buffer view or at a URI, not behind a
 /// texture extension that already picked their format.
-pub fn embedded_images(json: &Value) -> Vec<EmbeddedImage> {
+pub fn model_images(json: &Value) -> Vec<ModelImage> {
     let textures = json.get("textures").and_then(Value::as_array);
     let textures = textures.map_or(&[][..], Vec::as_slice);
     let mut blocked = BTreeSet::new();
@@ -111,7 +111,7 @@ pub fn embedded_images(json: &Value) -> Vec<EmbeddedImage> {
             if view.is_some() == uri.is_some() || blocked.contains(&(index as u64)) {
                 return None;
             }
-            Some(EmbeddedImage {
+            Some(ModelImage {
                 index,
                 name: image
                     .get("name")
@@ -178,30 +178,23 @@ pub fn read_glb(glb: &[u8]) -> Result<(Value, Vec<u8>), GltfError> {
     Ok((json, bin.unwrap_or_default()))
 }
 
-/// The bytes of a `data:` URI (`data:[type][;base64],…`); `None` for any other URI.
-pub fn data_uri(uri: &str) -> Option<Vec<u8>> {
-    use base64::Engine;
-    let (head, data) = uri.strip_prefix("data:")?.split_once(',')?;
-    if head.ends_with(";base64") {
-        base64::engine::general_purpose::STANDARD.decode(data).ok()
-    } else {
-        None
-    }
-}
+/// The bytes chosen for a model's images, by image index, with their format.
+pub type Chosen = BTreeMap<usize, (Vec<u8>, Format)>;
 
-/// The variant `glb` with each image of `chosen` (image index → new bytes and their format)
-/// in its binary chunk: in place of its bytes where it had a view, in a new view where it had
-/// a URI (the URI removed). A WebP gets `image/webp` and every texture sampling it
-/// `EXT_texture_webp` (required); a PNG or JPEG stays core glTF.
+/// The variant (its JSON and binary chunk, as [`read_glb`] gives them) with each image of
+/// `chosen` (image index → new bytes and their format) in its binary chunk: in place of its
+/// bytes where it had a view, in a new view where it had a URI (the URI removed). A WebP gets
+/// `image/webp` and every texture sampling it `EXT_texture_webp` (required); a PNG or JPEG
+/// stays core glTF.
 pub fn with_textures(
-    glb: &[u8],
-    images: &[EmbeddedImage],
-    chosen: &BTreeMap<usize, (Vec<u8>, Format)>,
+    mut json: Value,
+    bin: &[u8],
+    images: &[ModelImage],
+    chosen: &Chosen,
 ) -> Result<Vec<u8>, GltfError> {
-    let chosen_images = images.iter().filter(|i| chosen.contains_key(&i.index));
     let mut views: BTreeMap<usize, usize> = BTreeMap::new();
     let mut referenced = Vec::new();
-    for image in chosen_images {
+    for image in images.iter().filter(|i| chosen.contains_key(&i.index)) {
         match image.view {
             Some(view) => {
                 views.insert(image.index, view);
@@ -209,12 +202,11 @@ pub fn with_textures(
             None => referenced.push(image.index),
         }
     }
+    if !json.is_object() {
+        return Err(GltfError::Json("top level is not an object".into()));
+    }
     // A URI image gets an empty view at the end of the chunk, which the relayout fills.
-    let with_views;
-    let glb = if referenced.is_empty() {
-        glb
-    } else {
-        let (mut json, bin) = read_glb(glb)?;
+    if !referenced.is_empty() {
         if json
             .get("buffers")
             .and_then(Value::as_array)
@@ -238,45 +230,42 @@ pub fn with_textures(
             image.remove("uri");
             image.insert("bufferView".into(), json!(views[&index]));
         }
-        with_views = crate::gltf::write_glb(json, Some(&bin));
-        &with_views[..]
-    };
-    let replacements: BTreeMap<usize, Vec<u8>> = views
+    }
+    let mut webp = false;
+    for (&index, (_, format)) in chosen {
+        let mime = match format {
+            Format::Webp => "image/webp",
+            Format::Png => "image/png",
+            Format::Jpeg => "image/jpeg",
+            _ => continue,
+        };
+        json["images"][index]["mimeType"] = json!(mime);
+        if *format != Format::Webp {
+            continue;
+        }
+        webp = true;
+        for texture in json
+            .get_mut("textures")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if texture.get("source").and_then(Value::as_u64) == Some(index as u64) {
+                let object = texture.as_object_mut().expect("textures are objects");
+                object.remove("source");
+                let exts = object.entry("extensions").or_insert_with(|| json!({}));
+                exts[WEBP_EXTENSION] = json!({ "source": index });
+            }
+        }
+    }
+    if webp {
+        add_extension(&mut json, WEBP_EXTENSION, true);
+    }
+    let replacements: BTreeMap<usize, &[u8]> = views
         .iter()
-        .map(|(index, view)| (*view, chosen[index].0.clone()))
+        .map(|(index, view)| (*view, chosen[index].0.as_slice()))
         .collect();
-    relayout::replace_views(glb, &replacements, |json| {
-        let mut webp = false;
-        for (&index, (_, format)) in chosen {
-            let mime = match format {
-                Format::Webp => "image/webp",
-                Format::Png => "image/png",
-                Format::Jpeg => "image/jpeg",
-                _ => continue,
-            };
-            json["images"][index]["mimeType"] = json!(mime);
-            if *format != Format::Webp {
-                continue;
-            }
-            webp = true;
-            for texture in json
-                .get_mut("textures")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if texture.get("source").and_then(Value::as_u64) == Some(index as u64) {
-                    let object = texture.as_object_mut().expect("textures are objects");
-                    object.remove("source");
-                    let exts = object.entry("extensions").or_insert_with(|| json!({}));
-                    exts[WEBP_EXTENSION] = json!({ "source": index });
-                }
-            }
-        }
-        if webp {
-            add_extension(json, WEBP_EXTENSION, true);
-        }
-    })
+    relayout::relayout(json, bin, &replacements)
 }
 
 #[cfg(test)]
@@ -288,13 +277,15 @@ mod tests {
     #[test]
     fn a_uri_image_moves_into_the_chunk() {
         use base64::Engine;
+
+        use crate::gltf::data_uri;
         let png = b"\x89PNG\r\n\x1a\n pretend".to_vec();
         let uri = format!(
             "data:image/png;base64,{}",
             base64::engine::general_purpose::STANDARD.encode(&png)
         );
-        assert_eq!(data_uri(&uri), Some(png));
-        assert_eq!(data_uri("data:image/png,%89PNG"), None);
+        assert_eq!(data_uri(&uri), Some(Ok(png)));
+        assert!(matches!(data_uri("data:image/png,%89PNG"), Some(Err(_))));
         assert_eq!(data_uri("tex.png"), None);
         let glb = crate::gltf::Asset {
             json: json!({
@@ -308,15 +299,15 @@ mod tests {
             views: vec![vec![1, 2, 3, 4]],
         }
         .to_glb();
-        let (json, _) = read_glb(&glb).unwrap();
-        let images = embedded_images(&json);
+        let (json, bin) = read_glb(&glb).unwrap();
+        let images = model_images(&json);
         assert_eq!(images.len(), 2);
         let webp = b"RIFF\x04\0\0\0WEBPmore".to_vec();
         let chosen = BTreeMap::from([
             (0, (webp.clone(), Format::Webp)),
             (1, (b"png".to_vec(), Format::Png)),
         ]);
-        let out = with_textures(&glb, &images, &chosen).unwrap();
+        let out = with_textures(json, &bin, &images, &chosen).unwrap();
         let (json, bin) = read_glb(&out).unwrap();
         for (i, bytes, mime) in [(0, &webp[..], "image/webp"), (1, b"png", "image/png")] {
             let image = &json["images"][i];
@@ -355,7 +346,7 @@ mod tests {
                                                             "sheenRoughnessTexture": { "index": 2 } } } },
             ],
         });
-        let images = embedded_images(&json);
+        let images = model_images(&json);
         let got: Vec<_> = images
             .iter()
             .map(|i| (i.index, i.slots.join(","), i.colour_only()))

@@ -118,7 +118,7 @@ fn embedded_under(dir: &Path, scratch: &Path) -> Vec<(String, PathBuf)> {
             continue;
         };
         let name = glb.strip_prefix(dir).unwrap_or(&glb).display().to_string();
-        for image in model::embedded_images(&json) {
+        for image in model::model_images(&json) {
             let Some(Ok(data)) = image.view.map(|v| model::view_bytes(&json, &bin, v)) else {
                 continue;
             };
@@ -169,6 +169,10 @@ pub fn run(args: &[String]) {
         estimate_lossy: false,
         ..ImageOptions::default()
     };
+    let lossy_only = ImageOptions {
+        lossless: false,
+        ..options.clone()
+    };
     let mut rows = Vec::new();
     for (name, path) in paths {
         let path = &path;
@@ -190,10 +194,6 @@ pub fn run(args: &[String]) {
         // The lossy search alone (the lossless candidates are known from the run above): it
         // counts where it beats them, as the stage would choose it.
         let start = Instant::now();
-        let lossy_only = ImageOptions {
-            lossless: false,
-            ..options.clone()
-        };
         let lossy = images::optimize_image(&bytes, &plan(true), &lossy_only);
         let lossy_secs = start.elapsed().as_secs_f64();
         let kiln_lossy = (lossy.result.chosen == "webp-lossy"
