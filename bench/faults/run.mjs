@@ -1262,6 +1262,8 @@ async function main() {
   log(`  ${results.bytes.builds} builds compared: ${secs(results.bytes.processMs)} in kiln-worker process, ${secs(results.bytes.fetchMs)} fetching (summed over 3 lanes)`);
   results.beacons = await checkBeacons();
   results.memory = checkMemory(runEnd);
+  // Every instance's RSS samples, for a memory failure's post-mortem (kept with the logs).
+  writeFileSync(join(scratch, 'rss.json'), JSON.stringify(cluster.procs.map((p) => ({ role: p.role, instance: p.instance, pid: p.pid, startedAt: p.startedAt, endedAt: p.endedAt, samples: p.samples }))));
   latencies.sort((a, b) => a - b);
   results.latency = { n: latencies.length, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), max: latencies[latencies.length - 1] };
   results.counts = counts;

@@ -54,6 +54,7 @@ pub async fn run_workers(
     heartbeat: Duration,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    crate::memory::configure();
     metrics::WORKER_CONCURRENCY.add((count * concurrency) as i64);
     let mut handles = Vec::new();
     // Releases are signed here too: only workers hold the key.
@@ -237,7 +238,10 @@ async fn process_build(
     let _running = Running;
     let attempt = job.attempt.max(1);
     let attempts = context.transient_retries.max(1);
-    match run_once(&context, &id).await {
+    let result = run_once(&context, &id).await;
+    // The build's buffers are dropped: their pages go back to the system, not to the next build.
+    crate::memory::release_free_memory();
+    match result {
         Ok(outcome) => {
             metrics::JOBS.with_label_values(&[outcome]).inc();
             Ok(())
