@@ -265,6 +265,9 @@ pub struct ImagesSettings {
     pub min_ssimulacra2: Option<f64>,
     /// Images with more pixels are kept as they are (checked on the header).
     pub max_pixels: Option<u64>,
+    /// Images wider or taller than this are scaled down to fit, aspect kept (never by
+    /// default: an atlas' frame coordinates are in pixels).
+    pub max_size: Option<u32>,
     /// Run the lossy search where lossy is off, to report what it would save.
     pub estimate_lossy: Option<bool>,
     /// `[[images.paths]] match = "ui/**"`, `min_ssimulacra2 = 90`, `lossy = true`.
@@ -287,6 +290,7 @@ pub struct ImagePathRule {
     pub pattern: String,
     pub lossy: Option<bool>,
     pub min_ssimulacra2: Option<f64>,
+    pub max_size: Option<u32>,
 }
 
 /// The engine split, the shared library, and the releases that serve it.

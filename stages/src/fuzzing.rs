@@ -196,19 +196,32 @@ pub fn image_stage(data: &[u8]) {
         png_level: 1,
         ..ImageOptions::default()
     };
-    for role in [Role::Standalone, Role::GltfTexture] {
+    // As uploaded, as a glTF's texture, and scaled to fit 32 pixels (`[images] max_size`).
+    for (role, max_size) in [
+        (Role::Standalone, None),
+        (Role::GltfTexture, None),
+        (Role::Standalone, Some(32)),
+    ] {
         let plan = Plan {
             role,
             lossy: true,
             bound: options.min_ssimulacra2,
             data_texture: false,
+            max_size,
         };
         let out = images::optimize_image(data, &plan, &options);
         if let Some((bytes, _)) = &out.chosen {
             assert!(bytes.len() < data.len(), "a chosen encoding is smaller");
             let decoded = images::decode_source(bytes, options.max_pixels)
                 .expect("a chosen encoding decodes");
-            if out.result.chosen != "webp-lossy" {
+            if let Some([w, h]) = out.result.resized {
+                assert_eq!(
+                    (decoded.width(), decoded.height()),
+                    (w, h),
+                    "the scaled size"
+                );
+                assert!(w.max(h) <= 32, "fits max_size");
+            } else if out.result.chosen != "webp-lossy" {
                 let source = images::decode_source(data, options.max_pixels).expect("source");
                 assert!(images::codec::same_pixels(&source, &decoded));
             }

@@ -75,6 +75,7 @@ fn plan(role: Role, lossy: bool) -> Plan {
         lossy,
         bound: ImageOptions::default().min_ssimulacra2,
         data_texture: false,
+        max_size: None,
     }
 }
 
@@ -293,6 +294,68 @@ fn a_jpeg_is_never_made_lossless_webp() {
     assert_eq!(out.result.source_format, Format::Jpeg);
     assert!(out.result.kept.as_deref().unwrap().contains("JPEG"));
     assert!(out.result.candidates.is_empty());
+}
+
+/// `[images] max_size`: what is larger is scaled down to fit (aspect kept, Lanczos3) and then
+/// encoded as usual: losslessly against the scaled pixels for a PNG, by the bounded lossy search
+/// for a JPEG (which has no lossless form worth sending); what already fits, a data JPEG and a
+/// PNG whose colours need a profile are left at their size. The report gives both sizes.
+#[test]
+fn max_size_scales_down_what_is_larger_and_says_so() {
+    use image::imageops::{FilterType, resize};
+    let source = background(300, 120);
+    let sized = |max_size| Plan {
+        max_size: Some(max_size),
+        ..plan(Role::Standalone, false)
+    };
+    let out = run(&png_of(&source), &sized(100));
+    let (bytes, format) = out.chosen.expect("a scaled encoding");
+    assert_eq!(format, Format::Webp, "{:?}", out.result);
+    assert_eq!(out.result.resized, Some([100, 40]));
+    assert_eq!(
+        (out.result.width, out.result.height),
+        (Some(300), Some(120))
+    );
+    let back = decoded(&bytes).to_rgba8();
+    assert_eq!(back.dimensions(), (100, 40));
+    let expected = resize(&source, 100, 40, FilterType::Lanczos3);
+    assert_eq!(
+        back.as_raw(),
+        expected.as_raw(),
+        "lossless against the scaled pixels"
+    );
+    // Control: another filter's scaling is not what was encoded.
+    let nearest = resize(&source, 100, 40, FilterType::Nearest);
+    assert_ne!(back.as_raw(), nearest.as_raw());
+
+    // Already within the size: untouched.
+    let fits = run(&png_of(&source), &sized(300));
+    assert_eq!(fits.result.resized, None);
+    assert_eq!(decoded(&fits.chosen.unwrap().0).width(), 300);
+
+    // A JPEG, lossy off: scaled, then the bounded lossy search against the scaled pixels.
+    let jpeg = encode(
+        &DynamicImage::ImageRgb8(DynamicImage::ImageRgba8(source.clone()).to_rgb8()),
+        ImageFormat::Jpeg,
+    );
+    let out = run(&jpeg, &sized(150));
+    assert_eq!(out.result.chosen, "webp-lossy", "{:?}", out.result);
+    assert_eq!(out.result.resized, Some([150, 60]));
+    let (bytes, _) = out.chosen.unwrap();
+    let scaled_source = resize(&decoded(&jpeg).to_rgba8(), 150, 60, FilterType::Lanczos3);
+    let s = score::score(&scaled_source, &decoded(&bytes).to_rgba8()).unwrap();
+    assert!(s.ssimulacra2 >= 80.0, "{s:?}");
+    // A data texture is never perceptually lossy: a normal-map JPEG keeps its size.
+    let data = run(
+        &jpeg,
+        &Plan {
+            data_texture: true,
+            ..sized(150)
+        },
+    );
+    assert!(data.chosen.is_none());
+    assert_eq!(data.result.resized, None);
+    assert!(data.result.kept.is_some());
 }
 
 /// Each bad or unusual input of issue 32 and what it gets: re-encoded (pixels checked), or

@@ -1,6 +1,6 @@
 //! The release rules (`worker/src/release.rs`) and the compare-and-set under them, on a real
 //! SQLite database and local store, step by step: fast and deterministic (the same rules
-//! raced by worker processes on PostgreSQL: `api/tests/release_races.rs`).
+//! raced by worker processes on PostgreSQL: `api/tests/platform/release_races.rs`).
 
 use kiln_common::config::Config;
 use kiln_common::db::{ManifestRow, NewBuild, ReleaseRow};

@@ -13,6 +13,8 @@
 //!   reaches the bound (80 by default) is kept. With lossy off the same search runs to report
 //!   what it would save.
 //! - Images a `.gltf` references: only PNG/JPEG are core glTF, so only the optimised PNG.
+//! - `max_size` (opt-in, per build or path): scaled down to fit first (Lanczos3), then the
+//!   above against the scaled pixels; a scaled JPEG or WebP gets the bounded lossy search.
 //! - Animated PNG/WebP, GIF, AVIF, KTX2, images past the pixel limit (checked on the header,
 //!   before decoding), unreadable files: kept as they are, with the reason.
 //!
@@ -59,6 +61,12 @@ pub struct ImageOptions {
     /// Images with more pixels are kept as they are, refused on their header before any
     /// decoding (a 50 000 × 50 000 PNG of a few kB is a decompression bomb).
     pub max_pixels: u64,
+    /// Images wider or taller than this are scaled down to fit (aspect kept, Lanczos3) before
+    /// they are encoded; `None` (the default) never resizes. For model textures, backgrounds
+    /// and UI art; not for atlases whose frame coordinates are in pixels.
+    pub max_size: Option<u32>,
+    /// Per-path sizes (glob, size), the last match winning over `max_size`.
+    pub path_max_sizes: Vec<(String, u32)>,
     /// Run the lossy search on images where lossy is off, to report what it would save.
     pub estimate_lossy: bool,
     /// libwebp's lossless preset (0–9); 6 is cwebp's `-z 6`.
@@ -81,6 +89,8 @@ impl Default for ImageOptions {
             min_ssimulacra2: 80.0,
             path_bounds: Vec::new(),
             max_pixels: 64 * 1024 * 1024,
+            max_size: None,
+            path_max_sizes: Vec::new(),
             estimate_lossy: true,
             webp_lossless_level: 6,
             png_level: 2,
@@ -118,12 +128,30 @@ pub fn apply(settings: &ImagesSettings, base: &ImageOptions) -> Result<ImageOpti
     if let Some(p) = settings.max_pixels {
         o.max_pixels = p;
     }
+    let size = |n: u32, what: &str| {
+        if n >= MIN_MAX_SIZE {
+            Ok(n)
+        } else {
+            Err(format!(
+                "[images] {what} = {n}: the smallest size an image may be scaled to is {MIN_MAX_SIZE}"
+            ))
+        }
+    };
+    if let Some(n) = settings.max_size {
+        o.max_size = Some(size(n, "max_size")?);
+    }
     if let Some(e) = settings.estimate_lossy {
         o.estimate_lossy = e;
     }
     for rule in &settings.paths {
         if rule.lossy == Some(true) {
             o.lossy_paths.push(rule.pattern.clone());
+        }
+        if let Some(n) = rule.max_size {
+            o.path_max_sizes.push((
+                rule.pattern.clone(),
+                size(n, &format!("paths {:?} max_size", rule.pattern))?,
+            ));
         }
         if let Some(b) = rule.min_ssimulacra2 {
             o.path_bounds.push((
@@ -136,11 +164,16 @@ pub fn apply(settings: &ImagesSettings, base: &ImageOptions) -> Result<ImageOpti
         .lossy_paths
         .iter()
         .chain(o.path_bounds.iter().map(|(g, _)| g))
+        .chain(o.path_max_sizes.iter().map(|(g, _)| g))
     {
         Glob::new(glob).map_err(|e| format!("[images] glob {glob:?}: {e}"))?;
     }
     Ok(o)
 }
+
+/// The smallest `max_size` a build may ask for: below it a texture or sprite is no longer
+/// the same picture, and the setting is more likely a typo.
+pub const MIN_MAX_SIZE: u32 = 16;
 
 /// Where the original of a re-encoded image is kept: `img/a.png` → `img/a.kiln-original.png`.
 pub fn original_path(path: &str) -> String {
@@ -214,6 +247,10 @@ pub struct ImageResult {
     pub width: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub height: Option<u32>,
+    /// The size it was scaled to (`[images] max_size`): what the chosen bytes hold, and
+    /// what their ssimulacra2 is measured against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resized: Option<[u32; 2]>,
     /// `original`, or the chosen candidate's encoding.
     pub chosen: String,
     pub bytes_before: u64,
@@ -326,6 +363,7 @@ struct PathRules<'o> {
     options: &'o ImageOptions,
     lossy: GlobSet,
     bounds: Vec<GlobSet>,
+    sizes: Vec<GlobSet>,
 }
 
 impl<'o> PathRules<'o> {
@@ -346,6 +384,11 @@ impl<'o> PathRules<'o> {
                 .iter()
                 .map(|(g, _)| globs(&[g]))
                 .collect::<Result<_, _>>()?,
+            sizes: options
+                .path_max_sizes
+                .iter()
+                .map(|(g, _)| globs(&[g]))
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -355,16 +398,21 @@ impl<'o> PathRules<'o> {
         Plan {
             role,
             lossy: role != Role::GltfTexture && (o.lossy || self.lossy.is_match(path)),
-            bound: o
-                .path_bounds
-                .iter()
-                .zip(&self.bounds)
-                .rev()
-                .find(|(_, set)| set.is_match(path))
-                .map_or(o.min_ssimulacra2, |((_, b), _)| *b),
+            bound: last_match(&o.path_bounds, &self.bounds, path).unwrap_or(o.min_ssimulacra2),
             data_texture,
+            max_size: last_match(&o.path_max_sizes, &self.sizes, path).or(o.max_size),
         }
     }
+}
+
+/// The value of the last per-path rule (glob, value) whose compiled glob matches `path`.
+fn last_match<T: Copy>(rules: &[(String, T)], globs: &[GlobSet], path: &str) -> Option<T> {
+    rules
+        .iter()
+        .zip(globs)
+        .rev()
+        .find(|(_, set)| set.is_match(path))
+        .map(|((_, value), _)| *value)
 }
 
 /// [`optimize_image`], a panic in a codec being this image's failure, not the build's.
@@ -647,6 +695,8 @@ pub struct Plan {
     pub bound: f64,
     /// A data texture (normal, height, …): never perceptually lossy.
     pub data_texture: bool,
+    /// Scaled down to fit this size first (`[images] max_size`).
+    pub max_size: Option<u32>,
 }
 
 fn kept_result(bytes: &[u8], plan: &Plan, why: String) -> ImageResult {
@@ -658,6 +708,7 @@ fn kept_result(bytes: &[u8], plan: &Plan, why: String) -> ImageResult {
         source_format: Format::sniff(bytes),
         width: None,
         height: None,
+        resized: None,
         chosen: "original".into(),
         bytes_before: bytes.len() as u64,
         bytes_after: bytes.len() as u64,
@@ -707,6 +758,15 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
             k.result.height = Some(height);
             return k;
         }
+    };
+    // `[images] max_size`: scaled down first; every candidate then holds the scaled image and
+    // is checked or scored against it.
+    let resized = plan
+        .max_size
+        .and_then(|m| codec::fitted_size(width, height, m));
+    let source = match resized {
+        Some((w, h)) => DynamicImage::ImageRgba8(codec::resize(&source.to_rgba8(), w, h)),
+        None => source,
     };
     let rgba = source.to_rgba8();
     // A WebP carries the source's colour profile (or is not made, where it cannot).
@@ -772,7 +832,11 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         ));
         None
     };
-    if options.lossless && format == Format::Png {
+    // A scaled JPEG or WebP has no lossless form worth sending: it gets the bounded lossy
+    // search, as if lossy were on (the scaling already changed its pixels, by request).
+    let lossy_on = plan.lossy || (resized.is_some() && format != Format::Png);
+    let lossless_source = format == Format::Png || (resized.is_some() && format == Format::Webp);
+    if options.lossless && lossless_source {
         let mut webp_bytes = None;
         if plan.role != Role::GltfTexture {
             let webp = webp_of(WebpMode::Lossless {
@@ -782,10 +846,12 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         }
         // oxipng rarely takes more than a fifth off a PNG: where lossless WebP already took
         // off more than `png_skip_below` of it, the PNG search (seconds on a large image)
-        // cannot win and is skipped.
-        let webp_won =
-            webp_bytes.is_some_and(|n| (n as f64) < options.png_skip_below * bytes.len() as f64);
-        if webp_won {
+        // cannot win and is skipped (not when scaled: the source PNG is no measure of that).
+        let webp_won = resized.is_none()
+            && webp_bytes.is_some_and(|n| (n as f64) < options.png_skip_below * bytes.len() as f64);
+        if format != Format::Png {
+            // A scaled WebP: no PNG of it is tried.
+        } else if webp_won {
             push(
                 "png-optimized",
                 Err(format!(
@@ -795,20 +861,20 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                 None,
             );
         } else {
-            push(
-                "png-optimized",
-                codec::optimize_png(bytes, options.png_level, options.png_timeout),
-                Some(Format::Png),
-            );
+            let png = match resized {
+                None => codec::optimize_png(bytes, options.png_level, options.png_timeout),
+                Some(_) => scaled_png(bytes, &rgba, options),
+            };
+            push("png-optimized", png, Some(Format::Png));
         }
     }
     // Lossy: for standalone PNG/JPEG sources, searched when on, or estimated when not.
     let lossy_allowed = plan.role != Role::GltfTexture
-        && matches!(format, Format::Png | Format::Jpeg)
+        && (matches!(format, Format::Png | Format::Jpeg) || resized.is_some())
         && !plan.data_texture
         && webp_profile.is_ok();
     let mut estimate = None;
-    if lossy_allowed && (plan.lossy || options.estimate_lossy) {
+    if lossy_allowed && (lossy_on || options.estimate_lossy) {
         let best_lossless = candidates
             .iter()
             .filter(|(c, _)| c.rejected.is_none())
@@ -824,7 +890,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
             best_lossless,
         ) {
             Ok(Some((out, candidate))) => {
-                if plan.lossy {
+                if lossy_on {
                     candidates.push((candidate, Some(out)));
                 } else {
                     estimate = Some(LossyEstimate {
@@ -836,7 +902,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                 }
             }
             Ok(None) => {
-                if !plan.lossy {
+                if !lossy_on {
                     estimate = Some(LossyEstimate {
                         bytes: best_lossless,
                         quality: None,
@@ -861,7 +927,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                 }
             }
             Err(e) => {
-                if plan.lossy {
+                if lossy_on {
                     candidates.push((
                         Candidate {
                             encoding: "webp-lossy".into(),
@@ -894,8 +960,12 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
             });
         }
     }
-    let gpu_bytes =
-        (plan.role != Role::Standalone).then(|| u64::from(width) * u64::from(height) * 4 * 4 / 3);
+    // What the player's GPU holds: the scaled size once scaled bytes are chosen.
+    let (gpu_width, gpu_height) = resized
+        .filter(|_| best.is_some())
+        .unwrap_or((width, height));
+    let gpu_bytes = (plan.role != Role::Standalone)
+        .then(|| u64::from(gpu_width) * u64::from(gpu_height) * 4 * 4 / 3);
     let mut result = ImageResult {
         path: String::new(),
         role: plan.role,
@@ -904,6 +974,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         source_format: format,
         width: Some(width),
         height: Some(height),
+        resized: None,
         chosen: "original".into(),
         bytes_before: original,
         bytes_after: original,
@@ -922,6 +993,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
             let out = out.take().expect("accepted candidates carry their bytes");
             let out_format = Format::sniff(&out);
             result.chosen = c.encoding.clone();
+            result.resized = resized.map(|(w, h)| [w, h]);
             result.bytes_after = c.bytes;
             result.ssimulacra2 = c.ssimulacra2;
             if c.encoding == "webp-lossy" {
@@ -943,6 +1015,26 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
     result.candidates = candidates.into_iter().map(|(c, _)| c).collect();
     result.encode_ms = start.elapsed().as_millis() as u64;
     Optimized { result, chosen }
+}
+
+/// A scaled PNG source as an optimised PNG, unless the source says how its colours are to be
+/// read (an ICC profile, gamma or chromaticities), which a PNG written from its pixels would
+/// drop.
+fn scaled_png(
+    source: &[u8],
+    rgba: &image::RgbaImage,
+    options: &ImageOptions,
+) -> Result<Vec<u8>, String> {
+    if let Some(why) = codec::png_colour_profile(source) {
+        return Err(format!(
+            "the PNG carries {why}, which the scaled PNG would lose"
+        ));
+    }
+    if codec::icc_profile(Format::Png, source)?.is_some() {
+        return Err("the PNG carries an ICC profile, which the scaled PNG would lose".into());
+    }
+    let png = codec::encode_png(rgba)?;
+    codec::optimize_png(&png, options.png_level, options.png_timeout)
 }
 
 /// The smallest lossy WebP whose ssimulacra2 reaches `bound` and that is smaller than
@@ -992,4 +1084,66 @@ fn lossy_search(
 /// The decoded source image, for callers that score outputs themselves (the benchmark).
 pub fn decode_source(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, String> {
     codec::decode(Format::sniff(bytes), bytes, max_pixels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_common::config::{ImagePathRule, ImagesSettings};
+
+    fn rule(pattern: &str, max_size: Option<u32>) -> ImagePathRule {
+        ImagePathRule {
+            pattern: pattern.into(),
+            lossy: None,
+            min_ssimulacra2: None,
+            max_size,
+        }
+    }
+
+    /// `[images] max_size` and `[[images.paths]] max_size`: never by default, the last
+    /// matching path rule wins, a size too small to be meant is refused naming the setting.
+    #[test]
+    fn max_size_is_opt_in_per_build_and_per_path() {
+        let base = ImageOptions::default();
+        let rules = PathRules::new(&base).unwrap();
+        assert_eq!(
+            rules.plan("bg/sky.png", Role::Standalone, false).max_size,
+            None
+        );
+
+        let settings = ImagesSettings {
+            max_size: Some(2048),
+            paths: vec![
+                rule("bg/**", Some(1024)),
+                rule("bg/huge/**", Some(512)),
+                rule("atlas/**", None),
+            ],
+            ..ImagesSettings::default()
+        };
+        let options = apply(&settings, &base).unwrap();
+        let rules = PathRules::new(&options).unwrap();
+        let size = |path: &str| rules.plan(path, Role::Standalone, false).max_size;
+        assert_eq!(size("ui/button.png"), Some(2048));
+        assert_eq!(size("bg/sky.png"), Some(1024));
+        assert_eq!(size("bg/huge/sea.png"), Some(512));
+        assert_eq!(
+            size("atlas/sheet.png"),
+            Some(2048),
+            "a rule without a size changes none"
+        );
+
+        for bad in [
+            ImagesSettings {
+                max_size: Some(0),
+                ..ImagesSettings::default()
+            },
+            ImagesSettings {
+                paths: vec![rule("bg/**", Some(8))],
+                ..ImagesSettings::default()
+            },
+        ] {
+            let e = apply(&bad, &base).unwrap_err();
+            assert!(e.contains("max_size") && e.contains("16"), "{e}");
+        }
+    }
 }

@@ -255,6 +255,34 @@ pub fn same_pixels(a: &DynamicImage, b: &DynamicImage) -> bool {
     }
 }
 
+/// The size a `width`×`height` image is scaled to so that neither side exceeds `max_size`,
+/// its aspect kept (each side at least 1); `None` when it already fits.
+pub fn fitted_size(width: u32, height: u32, max_size: u32) -> Option<(u32, u32)> {
+    let longest = width.max(height);
+    if longest <= max_size || max_size == 0 {
+        return None;
+    }
+    let scale = |side: u32| {
+        ((u64::from(side) * u64::from(max_size) + u64::from(longest) / 2) / u64::from(longest))
+            .clamp(1, u64::from(max_size)) as u32
+    };
+    Some((scale(width), scale(height)))
+}
+
+/// The image scaled to `width`×`height` (Lanczos3 on straight RGBA, the filter image editors
+/// and gltfpack's `-ts` use for downscaling).
+pub fn resize(rgba: &image::RgbaImage, width: u32, height: u32) -> image::RgbaImage {
+    image::imageops::resize(rgba, width, height, image::imageops::FilterType::Lanczos3)
+}
+
+/// An RGBA image as a PNG (then worth an [`optimize_png`]).
+pub fn encode_png(rgba: &image::RgbaImage) -> Result<Vec<u8>, String> {
+    let mut out = Cursor::new(Vec::new());
+    rgba.write_to(&mut out, ImageFormat::Png)
+        .map_err(|e| format!("PNG encoding: {e}"))?;
+    Ok(out.into_inner())
+}
+
 /// A PNG re-compressed losslessly (oxipng at `level`, stopping its search after `timeout`),
 /// keeping the colour under transparent pixels and every chunk that changes how the image
 /// looks.
@@ -374,6 +402,21 @@ mod tests {
             &DynamicImage::ImageRgba8(src),
             &DynamicImage::ImageRgba8(swapped)
         ));
+    }
+
+    #[test]
+    fn a_fitted_size_keeps_the_aspect_and_never_grows() {
+        assert_eq!(fitted_size(4096, 2048, 1024), Some((1024, 512)));
+        assert_eq!(fitted_size(2048, 4096, 1024), Some((512, 1024)));
+        assert_eq!(fitted_size(1000, 3, 100), Some((100, 1)));
+        assert_eq!(fitted_size(3000, 1, 100), Some((100, 1)), "never 0 pixels");
+        assert_eq!(fitted_size(1024, 1024, 1024), None, "already fits");
+        assert_eq!(fitted_size(512, 300, 1024), None, "never scaled up");
+        let scaled = resize(&sample(64, 32), 16, 8);
+        assert_eq!(scaled.dimensions(), (16, 8));
+        let png = encode_png(&scaled).unwrap();
+        let back = decode(Format::Png, &png, u64::MAX).unwrap();
+        assert!(same_pixels(&DynamicImage::ImageRgba8(scaled), &back));
     }
 
     #[test]

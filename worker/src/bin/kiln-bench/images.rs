@@ -182,6 +182,7 @@ pub fn run(args: &[String]) {
             lossy,
             bound: options.min_ssimulacra2,
             data_texture: false,
+            max_size: None,
         };
         let start = Instant::now();
         let lossless = images::optimize_image(&bytes, &plan(false), &options);

@@ -2,7 +2,7 @@
 //! a team's game gives that game nothing (headless Chromium, driven by `api/sdk/test/e2e.mjs`);
 //! the API origin serves no team content; `If-None-Match: *` only matches what exists.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

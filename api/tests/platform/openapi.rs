@@ -3,7 +3,7 @@
 //! including the extractors' rejections and unknown routes, comes in the one JSON shape of
 //! `api/src/error.rs` with a status the document lists.
 
-mod common;
+use crate::common;
 
 use common::{ADMIN, Deployment::Embedded, Kiln};
 use serde_json::Value;

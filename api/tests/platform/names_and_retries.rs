@@ -3,7 +3,7 @@
 //! be retried (in place, or by a re-upload with a new Idempotency-Key), keys are matched per
 //! game, and `/v1/library` shows a team only what its own games use.
 
-mod common;
+use crate::common;
 
 use common::Deployment::Embedded;
 use common::*;

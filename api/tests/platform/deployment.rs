@@ -2,7 +2,7 @@
 //! its own that the Ingress never routes, migrations as their own step (`kiln-api migrate`,
 //! then processes with `KILN_MIGRATE_ON_START=false`), and one connection budget per process.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

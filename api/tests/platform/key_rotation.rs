@@ -4,7 +4,7 @@
 //! key (the loader learns the new key from the root-signed trust document), and a revoked key
 //! is refused with `revoked_key`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
