@@ -376,19 +376,18 @@ impl<'o> PathRules<'o> {
             set.build()
                 .map_err(|e| ImagesError::Config(format!("globs: {e}")))
         };
+        // One set per (glob, value) rule, so that the last match can be found.
+        fn each<T>(
+            rules: &[(String, T)],
+            globs: impl Fn(&[&String]) -> Result<GlobSet, ImagesError>,
+        ) -> Result<Vec<GlobSet>, ImagesError> {
+            rules.iter().map(|(g, _)| globs(&[g])).collect()
+        }
         Ok(Self {
             options,
             lossy: globs(&options.lossy_paths.iter().collect::<Vec<_>>())?,
-            bounds: options
-                .path_bounds
-                .iter()
-                .map(|(g, _)| globs(&[g]))
-                .collect::<Result<_, _>>()?,
-            sizes: options
-                .path_max_sizes
-                .iter()
-                .map(|(g, _)| globs(&[g]))
-                .collect::<Result<_, _>>()?,
+            bounds: each(&options.path_bounds, globs)?,
+            sizes: each(&options.path_max_sizes, globs)?,
         })
     }
 
@@ -849,9 +848,8 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         // cannot win and is skipped (not when scaled: the source PNG is no measure of that).
         let webp_won = resized.is_none()
             && webp_bytes.is_some_and(|n| (n as f64) < options.png_skip_below * bytes.len() as f64);
-        if format != Format::Png {
-            // A scaled WebP: no PNG of it is tried.
-        } else if webp_won {
+        // (A scaled WebP source gets no PNG.)
+        if format == Format::Png && webp_won {
             push(
                 "png-optimized",
                 Err(format!(
@@ -860,10 +858,10 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
                 )),
                 None,
             );
-        } else {
+        } else if format == Format::Png {
             let png = match resized {
                 None => codec::optimize_png(bytes, options.png_level, options.png_timeout),
-                Some(_) => scaled_png(bytes, &rgba, options),
+                Some(_) => scaled_png(&webp_profile, &rgba, options),
             };
             push("png-optimized", png, Some(Format::Png));
         }
@@ -1018,20 +1016,19 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
 }
 
 /// A scaled PNG source as an optimised PNG, unless the source says how its colours are to be
-/// read (an ICC profile, gamma or chromaticities), which a PNG written from its pixels would
-/// drop.
+/// read (`profile`: what the WebP candidates carry, found once per image), which a PNG written
+/// from its pixels would drop.
 fn scaled_png(
-    source: &[u8],
+    profile: &Result<Option<Vec<u8>>, String>,
     rgba: &image::RgbaImage,
     options: &ImageOptions,
 ) -> Result<Vec<u8>, String> {
-    if let Some(why) = codec::png_colour_profile(source) {
-        return Err(format!(
-            "the PNG carries {why}, which the scaled PNG would lose"
-        ));
-    }
-    if codec::icc_profile(Format::Png, source)?.is_some() {
-        return Err("the PNG carries an ICC profile, which the scaled PNG would lose".into());
+    match profile {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            return Err("the PNG carries an ICC profile, which the scaled PNG would lose".into());
+        }
+        Err(why) => return Err(format!("{why}; the scaled PNG would lose it too")),
     }
     let png = codec::encode_png(rgba)?;
     codec::optimize_png(&png, options.png_level, options.png_timeout)
