@@ -260,7 +260,11 @@ pub struct ImagesSettings {
     /// Pixel-exact re-encoding (lossless WebP or optimised PNG).
     pub lossless: Option<bool>,
     /// `true`: lossy WebP for every standalone image; or a list of globs (`["backgrounds/**"]`).
-    pub lossy: Option<LossySetting>,
+    pub lossy: Option<PathSwitch>,
+    /// `true`: model variants gain a `ktx2` variant whose textures are Basis Universal
+    /// (`KHR_texture_basisu`: ETC1S or UASTC, held to the bound after transcoding to ASTC, BC7
+    /// and ETC2); or a list of globs of model paths (`["models/**"]`).
+    pub ktx2: Option<PathSwitch>,
     /// The perceptual bound lossy keeps to (ssimulacra2, 0–100).
     pub min_ssimulacra2: Option<f64>,
     /// Images with more pixels are kept as they are (checked on the header).
@@ -274,10 +278,10 @@ pub struct ImagesSettings {
     pub paths: Vec<ImagePathRule>,
 }
 
-/// `[images] lossy`: on or off for every image, or on for the paths the globs match.
+/// `[images] lossy` or `ktx2`: on or off for every file, or on for the paths the globs match.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
-pub enum LossySetting {
+pub enum PathSwitch {
     All(bool),
     Paths(Vec<String>),
 }
@@ -291,6 +295,7 @@ pub struct ImagePathRule {
     pub lossy: Option<bool>,
     pub min_ssimulacra2: Option<f64>,
     pub max_size: Option<u32>,
+    pub ktx2: Option<bool>,
 }
 
 /// The engine split, the shared library, and the releases that serve it.
@@ -700,10 +705,11 @@ impl Config {
             "KILN_VAT_TOLERANCE_ABS" => self.vat.tolerance_abs = Some(non_negative()?),
             "KILN_VAT_MAX_SIZE" => self.vat.max_size = Some(bits()?),
             "KILN_IMAGES_LOSSLESS" => self.images.lossless = Some(flag()?),
-            "KILN_IMAGES_LOSSY" => self.images.lossy = Some(LossySetting::All(flag()?)),
+            "KILN_IMAGES_LOSSY" => self.images.lossy = Some(PathSwitch::All(flag()?)),
             "KILN_IMAGES_MIN_SSIMULACRA2" => self.images.min_ssimulacra2 = Some(non_negative()?),
             "KILN_IMAGES_MAX_PIXELS" => self.images.max_pixels = Some(num()?),
             "KILN_IMAGES_ESTIMATE_LOSSY" => self.images.estimate_lossy = Some(flag()?),
+            "KILN_IMAGES_KTX2" => self.images.ktx2 = Some(PathSwitch::All(flag()?)),
             // Unknown KILN_ variables are ignored so that scripts may set their own.
             _ => {}
         }

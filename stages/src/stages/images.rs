@@ -25,14 +25,16 @@
 //! with every encoding.
 
 pub mod codec;
+pub mod ktx2;
 pub mod model;
 pub mod score;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use image::DynamicImage;
-pub use kiln_common::config::{ImagePathRule, ImagesSettings, LossySetting};
+pub use kiln_common::config::{ImagePathRule, ImagesSettings, PathSwitch};
 use serde::Serialize;
 
 use self::codec::{Format, WebpMode};
@@ -78,6 +80,15 @@ pub struct ImageOptions {
     pub png_skip_below: f64,
     /// libwebp's lossy effort (0–6).
     pub webp_method: u8,
+    /// Textured models get a `ktx2` variant (the meshopt geometry, Basis Universal textures);
+    /// off by default: it is lossy, held to the bounds below on every GPU format.
+    pub ktx2: bool,
+    /// Globs of model paths that get it even when `ktx2` is off.
+    pub ktx2_paths: Vec<String>,
+    /// The KTX2 bounds of normal maps (99th-percentile angle, degrees) and other data textures
+    /// (PSNR per channel, dB); colour textures keep `min_ssimulacra2` (or their path's).
+    pub ktx2_normal_max_degrees: f64,
+    pub ktx2_data_min_psnr: f64,
 }
 
 impl Default for ImageOptions {
@@ -97,6 +108,10 @@ impl Default for ImageOptions {
             png_timeout: Duration::from_secs(10),
             png_skip_below: 0.8,
             webp_method: 4,
+            ktx2: false,
+            ktx2_paths: Vec::new(),
+            ktx2_normal_max_degrees: ktx2::NORMAL_MAX_DEGREES,
+            ktx2_data_min_psnr: ktx2::DATA_MIN_PSNR,
         }
     }
 }
@@ -118,8 +133,13 @@ pub fn apply(settings: &ImagesSettings, base: &ImageOptions) -> Result<ImageOpti
         o.lossless = v;
     }
     match &settings.lossy {
-        Some(LossySetting::All(v)) => o.lossy = *v,
-        Some(LossySetting::Paths(globs)) => o.lossy_paths.extend(globs.iter().cloned()),
+        Some(PathSwitch::All(v)) => o.lossy = *v,
+        Some(PathSwitch::Paths(globs)) => o.lossy_paths.extend(globs.iter().cloned()),
+        None => {}
+    }
+    match &settings.ktx2 {
+        Some(PathSwitch::All(v)) => o.ktx2 = *v,
+        Some(PathSwitch::Paths(globs)) => o.ktx2_paths.extend(globs.iter().cloned()),
         None => {}
     }
     if let Some(b) = settings.min_ssimulacra2 {
@@ -147,6 +167,9 @@ pub fn apply(settings: &ImagesSettings, base: &ImageOptions) -> Result<ImageOpti
         if rule.lossy == Some(true) {
             o.lossy_paths.push(rule.pattern.clone());
         }
+        if rule.ktx2 == Some(true) {
+            o.ktx2_paths.push(rule.pattern.clone());
+        }
         if let Some(n) = rule.max_size {
             o.path_max_sizes.push((
                 rule.pattern.clone(),
@@ -163,6 +186,7 @@ pub fn apply(settings: &ImagesSettings, base: &ImageOptions) -> Result<ImageOpti
     for glob in o
         .lossy_paths
         .iter()
+        .chain(&o.ktx2_paths)
         .chain(o.path_bounds.iter().map(|(g, _)| g))
         .chain(o.path_max_sizes.iter().map(|(g, _)| g))
     {
@@ -271,6 +295,9 @@ pub struct ImageResult {
     /// Why the original is served (when it is).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// What the model's `ktx2` variant holds for it (model textures, `[images] ktx2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ktx2: Option<ktx2::Ktx2Report>,
 }
 
 /// The outcome of one image: its report and, where something better was found, the bytes.
@@ -297,6 +324,21 @@ pub struct ImagesReport {
     pub bytes_with_lossy: Option<u64>,
     pub encode_ms: u64,
     pub files: Vec<ImageResult>,
+    /// The `ktx2` model variants made (`[images] ktx2`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ktx2_variants: Vec<Ktx2Variant>,
+}
+
+/// A model's `ktx2` variant: its meshopt variant with Basis Universal textures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ktx2Variant {
+    pub model: String,
+    pub path: String,
+    pub bytes: u64,
+    /// Its textures' GPU memory (8 bits per pixel where KTX2, RGBA8 where not), against the
+    /// other variants' (RGBA8), mipmaps included.
+    pub gpu_bytes: u64,
+    pub gpu_bytes_rgba8: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -362,6 +404,7 @@ fn game_images<'a>(files: &Files<'a>) -> impl Iterator<Item = (&'a InventoryEntr
 struct PathRules<'o> {
     options: &'o ImageOptions,
     lossy: GlobSet,
+    ktx2: GlobSet,
     bounds: Vec<GlobSet>,
     sizes: Vec<GlobSet>,
 }
@@ -386,9 +429,15 @@ impl<'o> PathRules<'o> {
         Ok(Self {
             options,
             lossy: globs(&options.lossy_paths.iter().collect::<Vec<_>>())?,
+            ktx2: globs(&options.ktx2_paths.iter().collect::<Vec<_>>())?,
             bounds: each(&options.path_bounds, globs)?,
             sizes: each(&options.path_max_sizes, globs)?,
         })
+    }
+
+    /// Whether the model at `path` gets a `ktx2` variant.
+    fn ktx2(&self, path: &str) -> bool {
+        self.options.ktx2 || self.ktx2.is_match(path)
     }
 
     /// The plan for an image at `path` (a model texture: its model's path) in `role`.
@@ -497,9 +546,11 @@ fn optimize_tree(
         progress((n + 1) as f64 / steps);
     }
     for (n, (source, paths)) in variants.iter().enumerate() {
-        for result in model_textures(&mut tree, source, paths, &rules)? {
+        let (results, ktx2) = model_textures(&mut tree, source, paths, &rules)?;
+        for result in results {
             estimated |= report.add(result);
         }
+        report.ktx2_variants.extend(ktx2);
         progress((images.len() + n + 1) as f64 / steps);
     }
     report.bytes_saved = report.bytes_before.saturating_sub(report.bytes_after);
@@ -554,13 +605,15 @@ fn model_variants(files: &Files<'_>) -> Vec<(String, Vec<String>)> {
 
 /// One model's textures: each image optimised once (its variants hold the same images) and
 /// written into every variant. A variant that cannot be rewritten leaves them all as they
-/// were, the reason on each of the model's images; one result per image of the model.
+/// were, the reason on each of the model's images; one result per image of the model. Where
+/// `[images] ktx2` covers the model, its meshopt variant is also written with Basis
+/// Universal textures as the `ktx2` variant ([`ktx2_variant`]).
 fn model_textures(
     tree: &mut FileTree,
     source: &str,
     variants: &[String],
     rules: &PathRules<'_>,
-) -> Result<Vec<ImageResult>, ImagesError> {
+) -> Result<(Vec<ImageResult>, Option<Ktx2Variant>), ImagesError> {
     let io = |path: &str| {
         let path = path.to_string();
         move |source| ImagesError::Io { path, source }
@@ -571,18 +624,42 @@ fn model_textures(
     };
     // The first variant decides: the others hold the same images.
     let Some(first) = variants.first() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     let Ok((json, bin)) = read(first)? else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
-    let Ok((images, chosen, mut results)) =
+    let Ok(mut textures) =
         crate::gltf::guard_model(|| Ok(choose_textures(tree, source, &json, &bin, rules)))
     else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
+    // The KTX2 variant is made from the meshopt variant as the geometry stage wrote it.
+    let meshopt = crate::ir::variant_path(source, "meshopt");
+    let ktx2 = if rules.ktx2(source) && !textures.images.is_empty() && variants.contains(&meshopt) {
+        let glb = if *first == meshopt {
+            Ok((json.clone(), bin.clone()))
+        } else {
+            read(&meshopt)?
+        };
+        match glb {
+            Ok((json, bin)) => ktx2_variant(tree, source, json, &bin, &mut textures, rules.options),
+            Err(why) => {
+                note_no_ktx2(&mut textures.results, &format!("{meshopt}: {why}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let ModelTextures {
+        images,
+        chosen,
+        mut results,
+        ..
+    } = textures;
     if chosen.is_empty() {
-        return Ok(results);
+        return Ok((results, write_ktx2(tree, ktx2)?));
     }
     let mut parsed = Some((json, bin));
     let mut rewritten = Vec::new();
@@ -607,27 +684,154 @@ fn model_textures(
                         result.bytes_after = result.bytes_before;
                     }
                 }
-                return Ok(results);
+                return Ok((results, write_ktx2(tree, ktx2)?));
             }
         }
     }
     for (path, out) in rewritten {
         write_file(tree, path, &out).map_err(io(path))?;
     }
-    Ok(results)
+    Ok((results, write_ktx2(tree, ktx2)?))
 }
 
-/// The encodings chosen for a model's images (JSON and binary chunk of one of its variants):
-/// the images, the chosen bytes by image index, and one result per image.
+/// Adds a made `ktx2` variant to the tree.
+fn write_ktx2(
+    tree: &mut FileTree,
+    made: Option<(Ktx2Variant, Vec<u8>)>,
+) -> Result<Option<Ktx2Variant>, ImagesError> {
+    let Some((variant, bytes)) = made else {
+        return Ok(None);
+    };
+    super::add_file(tree, &variant.path, &bytes).map_err(|source| ImagesError::Io {
+        path: variant.path.clone(),
+        source,
+    })?;
+    Ok(Some(variant))
+}
+
+/// Notes on each of a model's image results why its `ktx2` variant was not made.
+fn note_no_ktx2(results: &mut [ImageResult], why: &str) {
+    for result in results {
+        result.ktx2 = Some(ktx2::Ktx2Report::not_made(why));
+    }
+}
+
+/// The model's `ktx2` variant: its meshopt variant (`json`, `bin`) with each image as KTX2
+/// where an encoding keeps the image's bound on every GPU format, else as in the other
+/// variants (`chosen`, or as it was). Each image's result gets its [`ktx2::Ktx2Report`]. `None`
+/// (the reason on the results) when no image became KTX2, the variant's path is taken by a
+/// file of the build, or the variant cannot be written.
+fn ktx2_variant(
+    tree: &FileTree,
+    source: &str,
+    json: serde_json::Value,
+    bin: &[u8],
+    model: &mut ModelTextures,
+    options: &ImageOptions,
+) -> Option<(Ktx2Variant, Vec<u8>)> {
+    let path = crate::ir::variant_path(source, "ktx2");
+    if tree.contains(&path) {
+        note_no_ktx2(&mut model.results, &format!("{path} already exists in the build"));
+        return None;
+    }
+    let mut textures = model::Chosen::new();
+    let (mut gpu, mut gpu_rgba8) = (0u64, 0u64);
+    for (image, result) in model.images.iter().zip(model.results.iter_mut()) {
+        let Some((bytes, plan)) = model.sources.get(&image.index) else {
+            continue;
+        };
+        // The pixels the other variants hold: decoded, and scaled where `max_size` says.
+        let rgba = match decode_source(bytes, options.max_pixels) {
+            Ok(source) => {
+                let (w, h) = (source.width(), source.height());
+                match plan.max_size.and_then(|m| codec::fitted_size(w, h, m)) {
+                    Some((w, h)) => codec::resize(&source.to_rgba8(), w, h),
+                    None => source.to_rgba8(),
+                }
+            }
+            Err(why) => {
+                result.ktx2 = Some(ktx2::Ktx2Report::not_made(&format!("cannot decode it: {why}")));
+                continue;
+            }
+        };
+        let (srgb, bound) = if !plan.data_texture {
+            (true, ktx2::Bound::Colour { min_ssimulacra2: plan.bound })
+        } else if image.slots.iter().any(|s| s == "normalTexture") {
+            (false, ktx2::Bound::Normal { max_degrees: options.ktx2_normal_max_degrees })
+        } else {
+            (false, ktx2::Bound::Data { min_psnr: options.ktx2_data_min_psnr })
+        };
+        let (bytes, report) =
+            match crate::gltf::guard_model(|| Ok(ktx2::choose(&rgba, srgb, bound))) {
+                Ok(out) => out,
+                Err(why) => (None, ktx2::Ktx2Report::not_made(&format!("internal error: {why}"))),
+            };
+        let rgba8 = rgba8_gpu_bytes(rgba.width(), rgba.height());
+        gpu_rgba8 += rgba8;
+        match bytes {
+            Some(bytes) => {
+                gpu += report.gpu_bytes;
+                textures.insert(image.index, (bytes, Format::Ktx2));
+            }
+            None => {
+                gpu += rgba8;
+                if let Some(other) = model.chosen.get(&image.index) {
+                    textures.insert(image.index, other.clone());
+                }
+            }
+        }
+        result.ktx2 = Some(report);
+    }
+    if !textures.values().any(|(_, f)| *f == Format::Ktx2) {
+        return None;
+    }
+    let written = crate::gltf::guard_model(|| {
+        model::with_textures(json, bin, &model.images, &textures).map_err(|e| e.to_string())
+    });
+    match written {
+        Ok(bytes) => Some((
+            Ktx2Variant {
+                model: source.to_string(),
+                path,
+                bytes: bytes.len() as u64,
+                gpu_bytes: gpu,
+                gpu_bytes_rgba8: gpu_rgba8,
+            },
+            bytes,
+        )),
+        Err(why) => {
+            let why = format!("cannot write the ktx2 variant: {why}");
+            note_no_ktx2(&mut model.results, &why);
+            None
+        }
+    }
+}
+
+/// GPU memory of an RGBA8 texture with its mipmaps (a third more than its base level).
+fn rgba8_gpu_bytes(width: u32, height: u32) -> u64 {
+    u64::from(width) * u64::from(height) * 4 * 4 / 3
+}
+
+/// A model's images as the stage read them: the images, their source bytes and plans by
+/// image index, the chosen bytes by image index, and one result per image.
+struct ModelTextures {
+    images: Vec<model::ModelImage>,
+    sources: BTreeMap<usize, (Vec<u8>, Plan)>,
+    chosen: model::Chosen,
+    results: Vec<ImageResult>,
+}
+
+/// The encodings chosen for a model's images (JSON and binary chunk of one of its variants).
 fn choose_textures(
     tree: &FileTree,
     source: &str,
     json: &serde_json::Value,
     bin: &[u8],
     rules: &PathRules<'_>,
-) -> (Vec<model::ModelImage>, model::Chosen, Vec<ImageResult>) {
+) -> ModelTextures {
     let images = model::model_images(json);
     let mut chosen = model::Chosen::new();
+    let mut sources = BTreeMap::new();
     let mut results = Vec::new();
     for image in &images {
         let name = image.name.as_deref().unwrap_or("");
@@ -643,6 +847,7 @@ fn choose_textures(
         let (mut result, out) = match bytes {
             Ok(bytes) => {
                 let o = optimize_guarded(&bytes, &plan, rules.options);
+                sources.insert(image.index, (bytes, plan));
                 (o.result, o.chosen)
             }
             Err(e) => (
@@ -663,7 +868,12 @@ fn choose_textures(
         }
         results.push(result);
     }
-    (images, chosen, results)
+    ModelTextures {
+        images,
+        sources,
+        chosen,
+        results,
+    }
 }
 
 /// Names that say an image holds data, not colour: never perceptually lossy.
@@ -718,6 +928,7 @@ fn kept_result(bytes: &[u8], plan: &Plan, why: String) -> ImageResult {
         candidates: Vec::new(),
         lossy_estimate: None,
         kept: Some(why),
+        ktx2: None,
     }
 }
 
@@ -962,8 +1173,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
     let (gpu_width, gpu_height) = resized
         .filter(|_| best.is_some())
         .unwrap_or((width, height));
-    let gpu_bytes = (plan.role != Role::Standalone)
-        .then(|| u64::from(gpu_width) * u64::from(gpu_height) * 4 * 4 / 3);
+    let gpu_bytes = (plan.role != Role::Standalone).then(|| rgba8_gpu_bytes(gpu_width, gpu_height));
     let mut result = ImageResult {
         path: String::new(),
         role: plan.role,
@@ -983,6 +1193,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
         candidates: Vec::new(),
         lossy_estimate: estimate,
         kept: None,
+        ktx2: None,
     };
     let mut chosen = None;
     match best {
@@ -1094,6 +1305,7 @@ mod tests {
             lossy: None,
             min_ssimulacra2: None,
             max_size,
+            ktx2: None,
         }
     }
 

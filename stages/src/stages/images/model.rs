@@ -19,6 +19,8 @@ use crate::gltf::{GltfError, invalid, relayout, split_glb};
 
 /// The WebP texture extension the variants declare when a texture became WebP.
 pub const WEBP_EXTENSION: &str = "EXT_texture_webp";
+/// The Basis Universal (KTX2) texture extension the `ktx2` variant declares.
+pub const BASISU_EXTENSION: &str = "KHR_texture_basisu";
 
 /// Material slots whose texture holds colour (sRGB): the only ones that may be perceptually
 /// lossy. Every other slot (normal, occlusion, metallic-roughness, clearcoat, transmission,
@@ -184,8 +186,8 @@ pub type Chosen = BTreeMap<usize, (Vec<u8>, Format)>;
 /// The variant (its JSON and binary chunk, as [`read_glb`] gives them) with each image of
 /// `chosen` (image index → new bytes and their format) in its binary chunk: in place of its
 /// bytes where it had a view, in a new view where it had a URI (the URI removed). A WebP gets
-/// `image/webp` and every texture sampling it `EXT_texture_webp` (required); a PNG or JPEG
-/// stays core glTF.
+/// `image/webp` and every texture sampling it `EXT_texture_webp` (required), a KTX2
+/// `image/ktx2` and `KHR_texture_basisu` (required); a PNG or JPEG stays core glTF.
 pub fn with_textures(
     mut json: Value,
     bin: &[u8],
@@ -231,19 +233,20 @@ pub fn with_textures(
             image.insert("bufferView".into(), json!(views[&index]));
         }
     }
-    let mut webp = false;
+    let mut required = BTreeSet::new();
     for (&index, (_, format)) in chosen {
-        let mime = match format {
-            Format::Webp => "image/webp",
-            Format::Png => "image/png",
-            Format::Jpeg => "image/jpeg",
+        let (mime, extension) = match format {
+            Format::Webp => ("image/webp", Some(WEBP_EXTENSION)),
+            Format::Ktx2 => ("image/ktx2", Some(BASISU_EXTENSION)),
+            Format::Png => ("image/png", None),
+            Format::Jpeg => ("image/jpeg", None),
             _ => continue,
         };
         json["images"][index]["mimeType"] = json!(mime);
-        if *format != Format::Webp {
+        let Some(extension) = extension else {
             continue;
-        }
-        webp = true;
+        };
+        required.insert(extension);
         for texture in json
             .get_mut("textures")
             .and_then(Value::as_array_mut)
@@ -254,12 +257,12 @@ pub fn with_textures(
                 let object = texture.as_object_mut().expect("textures are objects");
                 object.remove("source");
                 let exts = object.entry("extensions").or_insert_with(|| json!({}));
-                exts[WEBP_EXTENSION] = json!({ "source": index });
+                exts[extension] = json!({ "source": index });
             }
         }
     }
-    if webp {
-        add_extension(&mut json, WEBP_EXTENSION, true);
+    for extension in required {
+        add_extension(&mut json, extension, true);
     }
     let replacements: BTreeMap<usize, &[u8]> = views
         .iter()

@@ -153,6 +153,11 @@ pub fn run(args: &[String]) {
         eprintln!("kiln-bench images: no PNG or JPEG under {}", dir.display());
         std::process::exit(1);
     }
+    if args.iter().any(|a| a == "--ktx2") {
+        super::ktx2::run(&dir, paths);
+        let _ = std::fs::remove_dir_all(&scratch);
+        return;
+    }
     let has_cwebp = Command::new("cwebp")
         .arg("-version")
         .output()

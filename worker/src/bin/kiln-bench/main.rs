@@ -7,7 +7,8 @@
 //!   glTF-Transform, bytes against error measured by the same metric;
 //! - `kiln-bench vat DIR`: the VAT stage's bake speed against its target, and texture bytes
 //!   and measured error per encoding beside the source's skin and animation bytes;
-//! - `kiln-bench images DIR`: the images stage vs `cwebp` lossless and at equal ssimulacra2.
+//! - `kiln-bench images DIR`: the images stage vs `cwebp` lossless and at equal ssimulacra2;
+//!   `--ktx2`: the `ktx2` variant's Basis Universal textures, scored per GPU format.
 //!
 //! gltfpack and glTF-Transform come from npm (`worker/tests/gltf-check`, `npm ci` there);
 //! `KILN_GLTFPACK` may point at another gltfpack.
@@ -15,6 +16,7 @@
 mod animation;
 mod geometry;
 mod images;
+mod ktx2;
 mod vat;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ fn main() {
         Some("images") if args.len() >= 3 => images::run(&args),
         _ => {
             eprintln!(
-                "usage: kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes] [--keep OUT]\n       kiln-bench animation DIR\n       kiln-bench vat DIR\n       kiln-bench images DIR"
+                "usage: kiln-bench geometry DIR [--khr] [--drop-unused] [--keep-nodes] [--keep OUT]\n       kiln-bench animation DIR\n       kiln-bench vat DIR\n       kiln-bench images DIR [--ktx2]"
             );
             std::process::exit(2);
         }
