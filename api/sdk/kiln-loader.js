@@ -624,15 +624,33 @@
       } catch (e) { no(e); }
     });
   }
-  // The variant this load takes: forced, else the class's choice (a few loads explore the
-  // candidate the class has too few measurements of), else the preferred one. Decided once per
-  // model and page, so a host's warming and the load agree.
+  // The GPU format this device's Basis textures are transcoded to, as the game's KTX2 loader
+  // found it (three.js' KTX2Loader after detectSupport(renderer): its workerConfig; it sends
+  // UASTC to ASTC first, then BC7, then ETC2), or as the game says (options.gpuFormat).
+  function gpuFormat(o) {
+    if (typeof o.gpuFormat === 'string') return o.gpuFormat;
+    var c = o.ktx2 && o.ktx2.workerConfig;
+    return !c ? null : c.astcSupported ? 'astc' : c.bptcSupported ? 'bc7' : c.etc2Supported ? 'etc2' : null;
+  }
+  // The model's ktx2 variant (Basis textures, [images] ktx2) when this load can take it: the
+  // game decodes KTX2 and its device's format is one the variant's textures hold their bounds on.
+  function ktx2For(m, o) {
+    var v = variant(m, 'ktx2'), f = gpuFormat(o);
+    return v && f && Array.isArray(v.gpu_formats) && v.gpu_formats.indexOf(f) >= 0 ? v : null;
+  }
+  // The variant this load takes: forced, else the ktx2 variant where it suits (above), else
+  // the class's choice (a few loads explore the candidate the class has too few measurements
+  // of), else the preferred one. Decided once per model and page, so a host's warming and the
+  // load agree.
   function pick(m, o, key) {
     if (o.variant) return variant(m, o.variant) || variant(m, m.preferred);
+    var k2 = ktx2For(m, o);
+    if (k2) return (picks[key] = { m: m, v: k2 }).v;
     if (picks[key] && picks[key].m === m) return picks[key].v;
     var c = m.choice, name = (c && c.variant) || m.preferred;
     if (c && c.explore && variant(m, c.explore.variant) && Math.random() * 1000 < c.explore.per_mille) name = c.explore.variant;
     var v = variant(m, name) || variant(m, m.preferred);
+    if (v && v.variant === 'ktx2') v = variant(m, m.preferred);
     picks[key] = { m: m, v: v };
     return v;
   }
@@ -650,7 +668,9 @@
   }
   function model(path, o) {
     o = o || {};
-    var k = mkey(path), pm = o.game ? null : pageModel(k);
+    // A load that can take a ktx2 variant reads the manifest's entry (the page's own list is
+    // written before the images stage makes it).
+    var k = mkey(path), pm = o.game || gpuFormat(o) ? null : pageModel(k);
     return (pm ? Promise.resolve(pm) : settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); })).then(function (e) {
       if (!e) throw fail('error', 'unknown model ' + path);
       var m = e.m, first = pick(m, o, (e.game || '') + ' ' + k);

@@ -163,6 +163,10 @@ pub struct ModelVariant {
     pub size: u64,
     pub brotli_size: u64,
     pub needs_decoder: bool,
+    /// The GPU formats (`astc`, `bc7`, `etc2`) a `ktx2` variant's textures keep their bounds
+    /// on: a loader sends it only to a device that transcodes to one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_formats: Vec<String>,
 }
 
 /// An image and its published encodings; its `path` in `files` serves `served`.

@@ -70,7 +70,7 @@ pub const REASONS: &[&str] = &[
     "trust_expired",
     "trust_rollback",
 ];
-pub const VARIANTS: &[&str] = &["meshopt", "quantized", "original"];
+pub const VARIANTS: &[&str] = &["meshopt", "quantized", "original", "ktx2"];
 pub const DECODERS: &[&str] = &["wasm-simd", "wasm", "js", "none"];
 /// Why a decode used another variant than the one chosen.
 pub const DECODE_REASONS: &[&str] = &[

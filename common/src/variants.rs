@@ -154,6 +154,7 @@ mod tests {
 
     fn model() -> ManifestModel {
         let variant = |name: &str, brotli_size: u64| ModelVariant {
+            gpu_formats: Vec::new(),
             variant: name.into(),
             path: format!("m.{name}.glb"),
             url: String::new(),

@@ -19,7 +19,11 @@ const vendor = join(here, 'vendor');
 const engine = { 'build/three.module.min.js': 'three.module.min.js' };
 
 // Addon entry points, relative to examples/jsm/ (copied to vendor/addons/).
-const addonEntries = ['loaders/GLTFLoader.js', 'libs/meshopt_decoder.module.js'];
+const addonEntries = ['loaders/GLTFLoader.js', 'loaders/KTX2Loader.js', 'libs/meshopt_decoder.module.js'];
+
+// Files an addon loads at run time rather than imports: the Basis Universal transcoder
+// KTX2Loader runs in its workers (relative to examples/jsm/, copied to vendor/addons/).
+const addonFiles = ['libs/basis/basis_transcoder.js', 'libs/basis/basis_transcoder.wasm'];
 
 function copy(fromRel, toRel) {
   const from = join(threeRoot, fromRel);
@@ -56,3 +60,5 @@ while (queue.length) {
     queue.push(posix.normalize(posix.join(posix.dirname(rel), spec)));
   }
 }
+
+for (const rel of addonFiles) copy(posix.join('examples/jsm', rel), posix.join('addons', rel));

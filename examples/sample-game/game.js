@@ -1,6 +1,7 @@
 // Fox Coins: steer the fox around a meadow and collect the spinning coins.
 import * as THREE from 'three';
 import { GLTFLoader } from 'three/addons/loaders/GLTFLoader.js';
+import { KTX2Loader } from 'three/addons/loaders/KTX2Loader.js';
 import { MeshoptDecoder } from 'three/addons/libs/meshopt_decoder.module.js';
 
 const ARENA = 14;          // half-size of the playable square
@@ -134,14 +135,20 @@ function play(name) {
 }
 
 // Served by Kiln, the model comes in the variant Kiln chose for this device (meshopt where it
-// decodes fast, else quantized), with a fallback when the decoder fails; from any other
-// server, GLTFLoader loads the file itself. Both give the same glTF.
-const gltfLoader = new GLTFLoader().setMeshoptDecoder(MeshoptDecoder);
+// decodes fast, else quantized; with `[images] ktx2` in kiln.toml, GPU-compressed textures
+// where this device's format keeps their quality), with a fallback when the decoder fails;
+// from any other server, GLTFLoader loads the file itself. Both give the same glTF.
+// KTX2Loader loads its transcoder only when a KTX2 texture comes.
+const ktx2Loader = new KTX2Loader()
+  .setTranscoderPath(new URL('./vendor/addons/libs/basis/', document.baseURI).href)
+  .detectSupport(renderer);
+const gltfLoader = new GLTFLoader().setMeshoptDecoder(MeshoptDecoder).setKTX2Loader(ktx2Loader);
 function loadFox() {
   const direct = () => new Promise((resolve, reject) => gltfLoader.load('assets/Fox.glb', resolve, undefined, reject));
   if (!globalThis.kiln?.model) return direct();
   return kiln.model('assets/Fox.glb', {
     decoder: MeshoptDecoder,
+    ktx2: ktx2Loader,
     parse: (buf, info) => new Promise((resolve, reject) => gltfLoader.parse(buf, new URL('.', info.url).href, resolve, reject)),
   }).then((r) => r.result, (err) => {
     console.warn('kiln.model failed, loading the file itself:', err.reason ?? err);

@@ -216,6 +216,9 @@ pub struct ModelPaths {
     pub source: String,
     pub quantized: String,
     pub meshopt: String,
+    /// The `ktx2` variant (`[images] ktx2`) and the GPU formats its textures keep their bounds
+    /// on, where the images stage made one.
+    pub ktx2: Option<(String, Vec<String>)>,
 }
 
 /// Variant paths beside the model: `a/b.glb` → `a/b.quantized.glb`, `a/b.meshopt.glb`.

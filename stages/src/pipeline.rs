@@ -308,7 +308,18 @@ pub fn prepare(
     let (signed, sign_report) = step(observer, &mut report, sign::NAME, |obs| {
         let mut serving = serving(&engines_report, variant, &page_base(options, identity));
         serving.csp = csp;
-        let model_paths: Vec<_> = models.iter().map(ModelVariants::paths).collect();
+        let model_paths: Vec<_> = models
+            .iter()
+            .map(|m| {
+                let mut paths = m.paths();
+                paths.ktx2 = images_report
+                    .ktx2_variants
+                    .iter()
+                    .find(|v| v.model == m.source)
+                    .map(|v| (v.path.clone(), v.formats.clone()));
+                paths
+            })
+            .collect();
         let input = sign::SignInput {
             identity,
             outputs: &outputs,
@@ -440,6 +451,9 @@ fn apply_images(
     for entry in &mut inventory.entries {
         if let Some(image) = served.iter().find(|s| s.original == entry.path) {
             entry.used_by = Some(image.path.clone());
+        }
+        if let Some(variant) = report.ktx2_variants.iter().find(|v| v.path == entry.path) {
+            entry.used_by = Some(variant.model.clone());
         }
         if let Some(why) = report
             .files

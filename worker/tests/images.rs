@@ -963,3 +963,176 @@ fn textured_quad(colour: &[u8], normal: &[u8]) -> Vec<u8> {
     }
     .to_glb()
 }
+
+/// `[images] ktx2 = true`: a textured model gets a `ktx2` variant — its meshopt geometry with
+/// each texture as Basis Universal (KTX2) where an encoding keeps the texture's bound on ASTC
+/// and BC7 after transcoding, as in its other variants where none does — declared through
+/// `KHR_texture_basisu` (required), listed in the manifest with the GPU formats it holds on
+/// and never as the preferred variant. Each KTX2 is read by a reader that is not ours (the
+/// pure-Rust `basisu` transcoder) and looks as the bound says; the Khronos validator finds
+/// no error in the variant; the other variants are as without the setting.
+#[test]
+fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (colour, normal) = (
+        background(256, 256),
+        RgbaImage::from_fn(128, 128, |x, y| {
+            // Soft bumps, as a normal map holds them.
+            let t = std::f64::consts::TAU / 64.0;
+            let (nx, ny) = ((f64::from(x) * t).sin() * 0.3, (f64::from(y) * t).cos() * 0.3);
+            let nz = (1.0 - nx * nx - ny * ny).sqrt();
+            let c = |v: f64| ((v * 0.5 + 0.5) * 255.0).round() as u8;
+            image::Rgba([c(nx), c(ny), c(nz), 255])
+        }),
+    );
+    let quad = textured_quad(&png_of(&colour), &png_of(&normal));
+    let (out, manifest, report) = process(
+        dir.path(),
+        "ktx2",
+        &[
+            ("assets/quad.glb", &quad),
+            ("kiln.toml", b"[images]\nktx2 = true\n"),
+        ],
+    );
+    let stage = &report["stages"]["images"];
+    let made = stage["ktx2_variants"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ktx2 variant: {stage}"));
+    assert_eq!(made.len(), 1, "{stage}");
+    assert_eq!(made[0]["model"], "assets/quad.glb");
+    assert_eq!(made[0]["path"], "assets/quad.ktx2.glb");
+    let formats = made[0]["formats"].as_array().unwrap();
+    assert!(
+        formats.contains(&"astc".into()) && formats.contains(&"bc7".into()),
+        "{made:?}"
+    );
+
+    let model_entry = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"] == "assets/quad.glb")
+        .unwrap_or_else(|| panic!("the model in the manifest: {manifest}"));
+    let entry = model_entry["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["variant"] == "ktx2")
+        .unwrap_or_else(|| panic!("the ktx2 variant in the manifest: {model_entry}"));
+    assert_eq!(entry["needs_decoder"], true, "{entry}");
+    assert_eq!(entry["gpu_formats"], made[0]["formats"], "{entry}");
+    assert_ne!(model_entry["preferred"], "ktx2", "{model_entry}");
+
+    let glb = served(&out, &manifest, "assets/quad.ktx2.glb");
+    let (json, bin) = model::read_glb(&glb).unwrap();
+    let required = json["extensionsRequired"].as_array().unwrap();
+    assert!(required.contains(&"KHR_texture_basisu".into()), "{required:?}");
+    assert!(required.contains(&"EXT_meshopt_compression".into()), "{required:?}");
+    let meshopt = served(&out, &manifest, "assets/quad.meshopt.glb");
+    let (meshopt_json, meshopt_bin) = model::read_glb(&meshopt).unwrap();
+    assert!(!meshopt_json.to_string().contains("KHR_texture_basisu"));
+    let files = stage["files"].as_array().unwrap();
+    let mut as_ktx2 = 0;
+    for (i, source) in [&colour, &normal].into_iter().enumerate() {
+        let result = files
+            .iter()
+            .find(|f| f["path"] == format!("assets/quad.glb#images/{i}"))
+            .unwrap_or_else(|| panic!("image {i} in the report: {stage}"));
+        let ktx2 = &result["ktx2"];
+        let view = json["images"][i]["bufferView"].as_u64().unwrap() as usize;
+        let bytes = model::view_bytes(&json, &bin, view).unwrap();
+        if ktx2["chosen"] == "none" {
+            // As in the meshopt variant.
+            let view = meshopt_json["images"][i]["bufferView"].as_u64().unwrap() as usize;
+            assert_eq!(
+                bytes,
+                model::view_bytes(&meshopt_json, &meshopt_bin, view).unwrap(),
+                "{ktx2}"
+            );
+            continue;
+        }
+        as_ktx2 += 1;
+        assert_eq!(json["images"][i]["mimeType"], "image/ktx2", "{ktx2}");
+        let texture = &json["textures"][i];
+        assert_eq!(texture["extensions"]["KHR_texture_basisu"]["source"], i, "{texture}");
+        assert!(texture.get("source").is_none(), "{texture}");
+        assert_eq!(bytes.len() as u64, ktx2["bytes"].as_u64().unwrap(), "{ktx2}");
+        let reader = basisu::Transcoder::new(bytes).expect("an independent reader reads it");
+        assert_eq!(reader.base_dimensions(), source.dimensions());
+        assert_eq!(reader.level_count(), 1 + source.width().max(source.height()).ilog2());
+        let rgba = reader
+            .transcode(0, basisu::TargetFormat::Rgba32, basisu::DecodeFlags::NONE)
+            .unwrap();
+        let seen = RgbaImage::from_raw(source.width(), source.height(), rgba).unwrap();
+        let s2 = score::score(source, &seen).unwrap().ssimulacra2;
+        if i == 0 {
+            assert_eq!(ktx2["measure"], "ssimulacra2", "{ktx2}");
+            assert!(s2 >= 80.0, "the colour texture as decoded: {s2} ({ktx2})");
+        } else {
+            assert_eq!(ktx2["measure"], "normal_degrees_p99", "{ktx2}");
+        }
+        for format in formats {
+            assert!(ktx2["formats"].as_array().unwrap().contains(format), "{ktx2}");
+        }
+        // A quarter of RGBA8's GPU memory (the smallest mipmaps take a whole block each).
+        let (gpu, rgba8) = (ktx2["gpu_bytes"].as_f64().unwrap(), result["gpu_bytes"].as_f64().unwrap());
+        assert!(rgba8 / gpu > 3.99, "{result}");
+    }
+    assert!(as_ktx2 >= 1, "no texture became KTX2: {stage}");
+
+    // three.js' KTX2Loader in Chromium (the transcoder three.js ships) on each device format:
+    // every KTX2 texture loads with all its mipmaps, in the colour space its slot needs, and
+    // rendered 1:1 shows the source's pixels (far closer than the same pixels with red and
+    // blue swapped, the control).
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    let mut textures = Vec::new();
+    for (i, source) in [&colour, &normal].into_iter().enumerate() {
+        if json["images"][i]["mimeType"] != "image/ktx2" {
+            continue;
+        }
+        let view = json["images"][i]["bufferView"].as_u64().unwrap() as usize;
+        let (png, ktx2) = (dir.path().join(format!("t{i}.png")), dir.path().join(format!("t{i}.ktx2")));
+        std::fs::write(&png, png_of(source)).unwrap();
+        std::fs::write(&ktx2, model::view_bytes(&json, &bin, view).unwrap()).unwrap();
+        args.extend([png.into_os_string(), ktx2.into_os_string()]);
+        textures.push((i, 1 + source.width().max(source.height()).ilog2()));
+    }
+    let mut rendered = 0;
+    for format in ["astc", "bc7", "etc2"] {
+        let mut with_format: Vec<&std::ffi::OsStr> = vec!["--format".as_ref(), format.as_ref()];
+        with_format.extend(args.iter().map(|a| a.as_os_str()));
+        let decoded = support::node_json("ktx2-decode.mjs", &with_format);
+        let pairs = decoded["pairs"].as_array().unwrap_or_else(|| panic!("{decoded}"));
+        assert_eq!(pairs.len(), textures.len(), "{decoded}");
+        for (pair, (i, levels)) in pairs.iter().zip(&textures) {
+            assert_eq!(pair["format"], format, "{pair}");
+            assert_eq!(pair["mipmaps"], *levels, "{pair}");
+            let space = if *i == 0 { "srgb" } else { "srgb-linear" };
+            assert_eq!(pair["color_space"], space, "{pair}");
+            let (psnr, control) = (pair["psnr"].as_f64().unwrap(), pair["psnr_swapped"].as_f64().unwrap());
+            assert!(control < psnr - 10.0, "{pair}");
+            if formats.contains(&format.into()) {
+                assert!(psnr >= 30.0, "{format}: {pair}");
+            }
+            rendered += 1;
+        }
+    }
+    assert_eq!(rendered, 3 * textures.len());
+
+    // The Khronos validator on the variant (KHR_texture_basisu and image/ktx2 understood).
+    let variant = dir.path().join("quad.ktx2.glb");
+    std::fs::write(&variant, &glb).unwrap();
+    let reference = dir.path().join("quad.glb");
+    std::fs::write(&reference, &quad).unwrap();
+    let checked = support::node_json(
+        "check.mjs",
+        &[
+            "--reference".as_ref(),
+            reference.as_os_str(),
+            variant.as_os_str(),
+        ],
+    );
+    let output = &checked["outputs"][0];
+    assert_eq!(output["validator"]["numErrors"], 0, "{output}");
+    assert_eq!(output["failed"], serde_json::json!([]), "{output}");
+}

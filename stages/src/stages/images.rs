@@ -339,6 +339,8 @@ pub struct Ktx2Variant {
     /// other variants' (RGBA8), mipmaps included.
     pub gpu_bytes: u64,
     pub gpu_bytes_rgba8: u64,
+    /// The GPU formats every KTX2 texture in it keeps its bound on (see [`ktx2::REQUIRED`]).
+    pub formats: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -736,6 +738,7 @@ fn ktx2_variant(
     }
     let mut textures = model::Chosen::new();
     let (mut gpu, mut gpu_rgba8) = (0u64, 0u64);
+    let mut formats: Vec<&str> = ktx2::GpuFormat::ALL.iter().map(|f| f.name()).collect();
     for (image, result) in model.images.iter().zip(model.results.iter_mut()) {
         let Some((bytes, plan)) = model.sources.get(&image.index) else {
             continue;
@@ -771,6 +774,7 @@ fn ktx2_variant(
         match bytes {
             Some(bytes) => {
                 gpu += report.gpu_bytes;
+                formats.retain(|f| report.formats.contains(f));
                 textures.insert(image.index, (bytes, Format::Ktx2));
             }
             None => {
@@ -796,6 +800,7 @@ fn ktx2_variant(
                 bytes: bytes.len() as u64,
                 gpu_bytes: gpu,
                 gpu_bytes_rgba8: gpu_rgba8,
+                formats: formats.iter().map(|f| f.to_string()).collect(),
             },
             bytes,
         )),

@@ -269,7 +269,7 @@ fn sign_manifest(manifest: Manifest, signer: &ManifestSigner) -> SignedManifest 
 /// which is what the CDN sends (meshopt data can compress worse than plain quantized data).
 fn model_entry(model: &ModelPaths, outputs: &[OutputFile], base: &str) -> Option<ManifestModel> {
     let find = |path: &str| outputs.iter().find(|o| o.path == path);
-    let variant = |name: &str, path: &str| {
+    let variant = |name: &str, path: &str, gpu_formats: &[String]| {
         let output = find(path)?;
         let brotli = output
             .encodings
@@ -282,20 +282,29 @@ fn model_entry(model: &ModelPaths, outputs: &[OutputFile], base: &str) -> Option
             url: format!("{base}/{}", output.key),
             size: output.size,
             brotli_size: brotli,
-            needs_decoder: name == "meshopt",
+            // The ktx2 variant's geometry is the meshopt variant's.
+            needs_decoder: name == "meshopt" || name == "ktx2",
+            gpu_formats: gpu_formats.to_vec(),
         })
     };
+    let ktx2 = model
+        .ktx2
+        .as_ref()
+        .and_then(|(path, formats)| variant("ktx2", path, formats));
     let variants: Vec<ModelVariant> = [
-        variant("meshopt", &model.meshopt),
-        variant("quantized", &model.quantized),
-        variant("original", &model.source),
+        variant("meshopt", &model.meshopt, &[]),
+        variant("quantized", &model.quantized, &[]),
+        variant("original", &model.source, &[]),
+        ktx2,
     ]
     .into_iter()
     .flatten()
     .collect();
+    // The ktx2 variant is for the devices whose GPU format it names, which the loader knows:
+    // never the preferred one.
     let preferred = variants
         .iter()
-        .filter(|v| v.variant != "original")
+        .filter(|v| v.variant != "original" && v.variant != "ktx2")
         .min_by_key(|v| v.brotli_size)?
         .variant
         .clone();

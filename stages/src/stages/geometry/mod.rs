@@ -523,6 +523,7 @@ impl ModelVariants {
             source: self.source.clone(),
             quantized: self.quantized.clone(),
             meshopt: self.meshopt.clone(),
+            ktx2: None,
         }
     }
 }
