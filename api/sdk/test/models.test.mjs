@@ -144,14 +144,15 @@ describe('per-device manifests', () => {
 // A model with three variants whose bytes say which they are (different lengths).
 function modelGame(game, { choice, variants = ['meshopt', 'quantized', 'original'], preferred = 'meshopt', fallback = 'quantized', missing = [] } = {}) {
   const dir = `/m/${game}`;
-  const bytes = { meshopt: 'MESHOPT', quantized: 'QUANTIZED-BYTES', original: 'ORIGINAL-BYTES-LONGEST' };
+  const bytes = { meshopt: 'MESHOPT', quantized: 'QUANTIZED-BYTES', original: 'ORIGINAL-BYTES-LONGEST', ktx2: 'KTX2-VARIANT' };
   const vs = variants.map((v) => ({
     variant: v,
     path: `assets/fox.${v}.glb`,
     url: missing.includes(v) ? `${srv.origin}${dir}/gone.${v}.glb` : srv.set(`${dir}/fox.${v}.glb`, bytes[v]),
     size: bytes[v].length,
     brotli_size: bytes[v].length - 1,
-    needs_decoder: v === 'meshopt',
+    needs_decoder: v === 'meshopt' || v === 'ktx2',
+    ...(v === 'ktx2' ? { gpu_formats: ['astc', 'bc7'] } : {}),
   }));
   const model = { path: 'assets/fox.glb', preferred, fallback, variants: vs };
   if (choice) model.choice = choice;
@@ -187,6 +188,11 @@ async function loadModel(game, { decoder = 'ok', parse = 'text', options = {}, c
         return { text: new TextDecoder().decode(buf), info };
       },
       alwaysThrows: () => { throw new Error('bad glb'); },
+      ktx2Throws: (buf, info) => {
+        parsed.push(info.variant);
+        if (info.variant === 'ktx2') throw new Error('THREE.GLTFLoader: setKTX2Loader must be called before loading KTX2 textures');
+        return { text: new TextDecoder().decode(buf), info };
+      },
       onlyOriginal: (buf, info) => {
         parsed.push(info.variant);
         if (info.variant !== 'original') throw new Error('THREE.GLTFLoader: WebP required by asset but unsupported.');
@@ -281,6 +287,37 @@ describe('kiln.model', () => {
     assert.equal(never.r.variant, 'quantized');
     const forced = await loadModel('mexploref', { config: exploring(1000), options: { variant: 'quantized' } });
     assert.equal(forced.r.variant, 'quantized');
+  });
+
+  it("the ktx2 variant: taken where the game decodes KTX2 and the device's format is one its textures hold on, else the class's choice", async () => {
+    const variants = ['meshopt', 'quantized', 'original', 'ktx2'];
+    const support = (astc, bptc, etc2) => ({ ktx2: { workerConfig: { astcSupported: astc, bptcSupported: bptc, etc2Supported: etc2 } } });
+    const phone = await loadModel('mk2astc', { config: { game: { variants } }, options: support(true, false, true) });
+    assert.equal(phone.r.variant, 'ktx2');
+    assert.equal(phone.r.result.text, phone.bytes.ktx2);
+    assert.equal(phone.r.fallback, false);
+    assertEvent(phone.events[0], 'mk2astc', { variant: 'ktx2', decoder: 'wasm-simd', bytes: 12, fallback: false, reason: null }, phone.device);
+    assert.equal(count(phone.path('meshopt')), 0);
+    // An older phone whose GPU has only ETC2, which the variant's textures do not hold on.
+    const old = await loadModel('mk2etc2', { config: { game: { variants } }, options: support(false, false, true) });
+    assert.equal(old.r.variant, 'meshopt');
+    assert.equal(count(old.path('ktx2')), 0);
+    // A game that does not decode KTX2 never gets it, not even as the class's choice.
+    const plain = await loadModel('mk2none', { config: { game: { variants, choice: { variant: 'ktx2', reason: '', detail: '', estimates: [] } } } });
+    assert.equal(plain.r.variant, 'meshopt');
+    assert.equal(count(plain.path('ktx2')), 0);
+    // The format named by the game; the class chose quantized.
+    const named = await loadModel('mk2fmt', {
+      config: { game: { variants, choice: { variant: 'quantized', reason: 'slow_class', detail: '', estimates: [] } } },
+      options: { gpuFormat: 'bc7' },
+    });
+    assert.equal(named.r.variant, 'ktx2');
+    // A KTX2 the game fails to decode: the fallback, as for any variant that needs a decoder.
+    const failing = await loadModel('mk2fail', { parse: 'ktx2Throws', config: { game: { variants } }, options: support(true, true, true) });
+    assert.equal(failing.r.variant, 'quantized');
+    assert.equal(failing.r.fallback, true);
+    assert.equal(failing.r.reason, 'decode_failed');
+    assert.deepEqual(failing.parsed, ['ktx2', 'quantized']);
   });
 
   it('options.variant forces a variant; options.decoderKind names the decoder; a decoder may be a function', async () => {
