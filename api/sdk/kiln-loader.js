@@ -668,10 +668,13 @@
   }
   function model(path, o) {
     o = o || {};
-    // A load that can take a ktx2 variant reads the manifest's entry (the page's own list is
-    // written before the images stage makes it).
-    var k = mkey(path), pm = o.game || gpuFormat(o) ? null : pageModel(k);
-    return (pm ? Promise.resolve(pm) : settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); })).then(function (e) {
+    var k = mkey(path), pm = o.game ? null : pageModel(k);
+    var listed = function () { return settled(function () { return models[(o.game || S.game || '') + ' ' + k] || (!o.game && models[' ' + k]); }); };
+    // A load that can take a ktx2 variant asks the manifest whether the model has one for this
+    // device (the page's own list is written before the images stage makes it); where it has
+    // none, the page's list (and the variant the boot script is already fetching) serves.
+    var found = !pm ? listed() : !gpuFormat(o) ? Promise.resolve(pm) : listed().then(function (e) { return e && ktx2For(e.m, o) ? e : pm; });
+    return found.then(function (e) {
       if (!e) throw fail('error', 'unknown model ' + path);
       var m = e.m, first = pick(m, o, (e.game || '') + ' ' + k);
       if (!first) throw fail('error', 'no variant of ' + path);

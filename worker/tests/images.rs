@@ -979,7 +979,10 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
         RgbaImage::from_fn(128, 128, |x, y| {
             // Soft bumps, as a normal map holds them.
             let t = std::f64::consts::TAU / 64.0;
-            let (nx, ny) = ((f64::from(x) * t).sin() * 0.3, (f64::from(y) * t).cos() * 0.3);
+            let (nx, ny) = (
+                (f64::from(x) * t).sin() * 0.3,
+                (f64::from(y) * t).cos() * 0.3,
+            );
             let nz = (1.0 - nx * nx - ny * ny).sqrt();
             let c = |v: f64| ((v * 0.5 + 0.5) * 255.0).round() as u8;
             image::Rgba([c(nx), c(ny), c(nz), 255])
@@ -1026,8 +1029,14 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
     let glb = served(&out, &manifest, "assets/quad.ktx2.glb");
     let (json, bin) = model::read_glb(&glb).unwrap();
     let required = json["extensionsRequired"].as_array().unwrap();
-    assert!(required.contains(&"KHR_texture_basisu".into()), "{required:?}");
-    assert!(required.contains(&"EXT_meshopt_compression".into()), "{required:?}");
+    assert!(
+        required.contains(&"KHR_texture_basisu".into()),
+        "{required:?}"
+    );
+    assert!(
+        required.contains(&"EXT_meshopt_compression".into()),
+        "{required:?}"
+    );
     let meshopt = served(&out, &manifest, "assets/quad.meshopt.glb");
     let (meshopt_json, meshopt_bin) = model::read_glb(&meshopt).unwrap();
     assert!(!meshopt_json.to_string().contains("KHR_texture_basisu"));
@@ -1054,12 +1063,22 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
         as_ktx2 += 1;
         assert_eq!(json["images"][i]["mimeType"], "image/ktx2", "{ktx2}");
         let texture = &json["textures"][i];
-        assert_eq!(texture["extensions"]["KHR_texture_basisu"]["source"], i, "{texture}");
+        assert_eq!(
+            texture["extensions"]["KHR_texture_basisu"]["source"], i,
+            "{texture}"
+        );
         assert!(texture.get("source").is_none(), "{texture}");
-        assert_eq!(bytes.len() as u64, ktx2["bytes"].as_u64().unwrap(), "{ktx2}");
+        assert_eq!(
+            bytes.len() as u64,
+            ktx2["bytes"].as_u64().unwrap(),
+            "{ktx2}"
+        );
         let reader = basisu::Transcoder::new(bytes).expect("an independent reader reads it");
         assert_eq!(reader.base_dimensions(), source.dimensions());
-        assert_eq!(reader.level_count(), 1 + source.width().max(source.height()).ilog2());
+        assert_eq!(
+            reader.level_count(),
+            1 + source.width().max(source.height()).ilog2()
+        );
         let rgba = reader
             .transcode(0, basisu::TargetFormat::Rgba32, basisu::DecodeFlags::NONE)
             .unwrap();
@@ -1072,10 +1091,16 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
             assert_eq!(ktx2["measure"], "normal_degrees_p99", "{ktx2}");
         }
         for format in formats {
-            assert!(ktx2["formats"].as_array().unwrap().contains(format), "{ktx2}");
+            assert!(
+                ktx2["formats"].as_array().unwrap().contains(format),
+                "{ktx2}"
+            );
         }
         // A quarter of RGBA8's GPU memory (the smallest mipmaps take a whole block each).
-        let (gpu, rgba8) = (ktx2["gpu_bytes"].as_f64().unwrap(), result["gpu_bytes"].as_f64().unwrap());
+        let (gpu, rgba8) = (
+            ktx2["gpu_bytes"].as_f64().unwrap(),
+            result["gpu_bytes"].as_f64().unwrap(),
+        );
         assert!(rgba8 / gpu > 3.99, "{result}");
     }
     assert!(as_ktx2 >= 1, "no texture became KTX2: {stage}");
@@ -1091,7 +1116,10 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
             continue;
         }
         let view = json["images"][i]["bufferView"].as_u64().unwrap() as usize;
-        let (png, ktx2) = (dir.path().join(format!("t{i}.png")), dir.path().join(format!("t{i}.ktx2")));
+        let (png, ktx2) = (
+            dir.path().join(format!("t{i}.png")),
+            dir.path().join(format!("t{i}.ktx2")),
+        );
         std::fs::write(&png, png_of(source)).unwrap();
         std::fs::write(&ktx2, model::view_bytes(&json, &bin, view).unwrap()).unwrap();
         args.extend([png.into_os_string(), ktx2.into_os_string()]);
@@ -1102,14 +1130,19 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
         let mut with_format: Vec<&std::ffi::OsStr> = vec!["--format".as_ref(), format.as_ref()];
         with_format.extend(args.iter().map(|a| a.as_os_str()));
         let decoded = support::node_json("ktx2-decode.mjs", &with_format);
-        let pairs = decoded["pairs"].as_array().unwrap_or_else(|| panic!("{decoded}"));
+        let pairs = decoded["pairs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{decoded}"));
         assert_eq!(pairs.len(), textures.len(), "{decoded}");
         for (pair, (i, levels)) in pairs.iter().zip(&textures) {
             assert_eq!(pair["format"], format, "{pair}");
             assert_eq!(pair["mipmaps"], *levels, "{pair}");
             let space = if *i == 0 { "srgb" } else { "srgb-linear" };
             assert_eq!(pair["color_space"], space, "{pair}");
-            let (psnr, control) = (pair["psnr"].as_f64().unwrap(), pair["psnr_swapped"].as_f64().unwrap());
+            let (psnr, control) = (
+                pair["psnr"].as_f64().unwrap(),
+                pair["psnr_swapped"].as_f64().unwrap(),
+            );
             assert!(control < psnr - 10.0, "{pair}");
             if formats.contains(&format.into()) {
                 assert!(psnr >= 30.0, "{format}: {pair}");

@@ -335,8 +335,8 @@ pub struct Ktx2Variant {
     pub model: String,
     pub path: String,
     pub bytes: u64,
-    /// Its textures' GPU memory (8 bits per pixel where KTX2, RGBA8 where not), against the
-    /// other variants' (RGBA8), mipmaps included.
+    /// GPU memory of its KTX2 textures (8 bits per pixel), against the same textures as
+    /// RGBA8 in the other variants, mipmaps included.
     pub gpu_bytes: u64,
     pub gpu_bytes_rgba8: u64,
     /// The GPU formats every KTX2 texture in it keeps its bound on (see [`ktx2::REQUIRED`]).
@@ -733,7 +733,10 @@ fn ktx2_variant(
 ) -> Option<(Ktx2Variant, Vec<u8>)> {
     let path = crate::ir::variant_path(source, "ktx2");
     if tree.contains(&path) {
-        note_no_ktx2(&mut model.results, &format!("{path} already exists in the build"));
+        note_no_ktx2(
+            &mut model.results,
+            &format!("{path} already exists in the build"),
+        );
         return None;
     }
     let mut textures = model::Chosen::new();
@@ -743,42 +746,16 @@ fn ktx2_variant(
         let Some((bytes, plan)) = model.sources.get(&image.index) else {
             continue;
         };
-        // The pixels the other variants hold: decoded, and scaled where `max_size` says.
-        let rgba = match decode_source(bytes, options.max_pixels) {
-            Ok(source) => {
-                let (w, h) = (source.width(), source.height());
-                match plan.max_size.and_then(|m| codec::fitted_size(w, h, m)) {
-                    Some((w, h)) => codec::resize(&source.to_rgba8(), w, h),
-                    None => source.to_rgba8(),
-                }
-            }
-            Err(why) => {
-                result.ktx2 = Some(ktx2::Ktx2Report::not_made(&format!("cannot decode it: {why}")));
-                continue;
-            }
-        };
-        let (srgb, bound) = if !plan.data_texture {
-            (true, ktx2::Bound::Colour { min_ssimulacra2: plan.bound })
-        } else if image.slots.iter().any(|s| s == "normalTexture") {
-            (false, ktx2::Bound::Normal { max_degrees: options.ktx2_normal_max_degrees })
-        } else {
-            (false, ktx2::Bound::Data { min_psnr: options.ktx2_data_min_psnr })
-        };
-        let (bytes, report) =
-            match crate::gltf::guard_model(|| Ok(ktx2::choose(&rgba, srgb, bound))) {
-                Ok(out) => out,
-                Err(why) => (None, ktx2::Ktx2Report::not_made(&format!("internal error: {why}"))),
-            };
-        let rgba8 = rgba8_gpu_bytes(rgba.width(), rgba.height());
-        gpu_rgba8 += rgba8;
-        match bytes {
-            Some(bytes) => {
+        let (ktx2, report) = ktx2_texture(bytes, plan, image, options);
+        match ktx2 {
+            Some((bytes, rgba8)) => {
                 gpu += report.gpu_bytes;
+                gpu_rgba8 += rgba8;
                 formats.retain(|f| report.formats.contains(f));
                 textures.insert(image.index, (bytes, Format::Ktx2));
             }
+            // As in the other variants.
             None => {
-                gpu += rgba8;
                 if let Some(other) = model.chosen.get(&image.index) {
                     textures.insert(image.index, other.clone());
                 }
@@ -809,6 +786,56 @@ fn ktx2_variant(
             note_no_ktx2(&mut model.results, &why);
             None
         }
+    }
+}
+
+/// One texture of the `ktx2` variant: the KTX2 bytes and the texture's RGBA8 GPU bytes where
+/// an encoding keeps its bound (colour slots: ssimulacra2; a normal slot: the angle; other
+/// data: PSNR), and the report either way.
+fn ktx2_texture(
+    bytes: &[u8],
+    plan: &Plan,
+    image: &model::ModelImage,
+    options: &ImageOptions,
+) -> (Option<(Vec<u8>, u64)>, ktx2::Ktx2Report) {
+    // The pixels the other variants hold: decoded, and scaled where `max_size` says.
+    let rgba = match decode_source(bytes, options.max_pixels) {
+        Ok(source) => {
+            let (w, h) = (source.width(), source.height());
+            match plan.max_size.and_then(|m| codec::fitted_size(w, h, m)) {
+                Some((w, h)) => codec::resize(&source.to_rgba8(), w, h),
+                None => source.to_rgba8(),
+            }
+        }
+        Err(why) => {
+            let why = format!("cannot decode it: {why}");
+            return (None, ktx2::Ktx2Report::not_made(&why));
+        }
+    };
+    let (width, height) = rgba.dimensions();
+    if u64::from(width) * u64::from(height) > ktx2::MAX_PIXELS {
+        let why = format!(
+            "{width}×{height} is past the KTX2 search's {} pixels (its encoder takes minutes there)",
+            ktx2::MAX_PIXELS
+        );
+        return (None, ktx2::Ktx2Report::not_made(&why));
+    }
+    let (srgb, bound) = if !plan.data_texture {
+        let min_ssimulacra2 = plan.bound;
+        (true, ktx2::Bound::Colour { min_ssimulacra2 })
+    } else if image.slots.iter().any(|s| s == "normalTexture") {
+        let max_degrees = options.ktx2_normal_max_degrees;
+        (false, ktx2::Bound::Normal { max_degrees })
+    } else {
+        let min_psnr = options.ktx2_data_min_psnr;
+        (false, ktx2::Bound::Data { min_psnr })
+    };
+    match crate::gltf::guard_model(|| Ok(ktx2::choose(&rgba, srgb, bound))) {
+        Ok((bytes, report)) => (bytes.map(|b| (b, rgba8_gpu_bytes(width, height))), report),
+        Err(why) => (
+            None,
+            ktx2::Ktx2Report::not_made(&format!("internal error: {why}")),
+        ),
     }
 }
 
@@ -1302,7 +1329,7 @@ pub fn decode_source(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_common::config::{ImagePathRule, ImagesSettings};
+    use kiln_common::config::{ImagePathRule, ImagesSettings, PathSwitch};
 
     fn rule(pattern: &str, max_size: Option<u32>) -> ImagePathRule {
         ImagePathRule {
@@ -1312,6 +1339,78 @@ mod tests {
             max_size,
             ktx2: None,
         }
+    }
+
+    /// `[images] ktx2`: off by default; on for every model, for the model paths its globs
+    /// match, or through a `[[images.paths]]` rule; a bad glob names itself.
+    #[test]
+    fn ktx2_is_opt_in_per_build_and_per_model_path() {
+        let base = ImageOptions::default();
+        assert!(!PathRules::new(&base).unwrap().ktx2("assets/fox.glb"));
+        let all = ImagesSettings {
+            ktx2: Some(PathSwitch::All(true)),
+            ..ImagesSettings::default()
+        };
+        let options = apply(&all, &base).unwrap();
+        assert!(PathRules::new(&options).unwrap().ktx2("assets/fox.glb"));
+        let some = ImagesSettings {
+            ktx2: Some(PathSwitch::Paths(vec!["chars/**".into()])),
+            paths: vec![ImagePathRule {
+                ktx2: Some(true),
+                ..rule("props/*.glb", None)
+            }],
+            ..ImagesSettings::default()
+        };
+        let options = apply(&some, &base).unwrap();
+        let rules = PathRules::new(&options).unwrap();
+        assert!(rules.ktx2("chars/hero.glb"));
+        assert!(rules.ktx2("props/crate.glb"));
+        assert!(!rules.ktx2("level/ground.glb"));
+        let bad = ImagesSettings {
+            ktx2: Some(PathSwitch::Paths(vec!["chars/[".into()])),
+            ..ImagesSettings::default()
+        };
+        assert!(apply(&bad, &base).unwrap_err().contains("chars/["));
+    }
+
+    /// What the KTX2 search does not take gets a reason and no bytes: a texture that does not
+    /// decode, one past the search's pixel limit (refused before any encoding).
+    #[test]
+    fn a_texture_the_ktx2_search_cannot_take_says_why() {
+        let image = model::ModelImage {
+            index: 0,
+            name: None,
+            view: Some(0),
+            uri: None,
+            slots: vec!["baseColorTexture".into()],
+        };
+        let plan = Plan {
+            role: Role::ModelTexture,
+            lossy: false,
+            bound: 80.0,
+            data_texture: false,
+            max_size: None,
+        };
+        let options = ImageOptions::default();
+        let (out, report) = ktx2_texture(b"\x89PNG\r\n\x1a\n truncated", &plan, &image, &options);
+        assert!(out.is_none());
+        assert_eq!(report.chosen, "none");
+        assert!(
+            report.why.as_deref().unwrap().starts_with("cannot decode"),
+            "{report:?}"
+        );
+        let big = codec::encode_png(&image::RgbaImage::new(4097, 4096)).unwrap();
+        let (out, report) = ktx2_texture(&big, &plan, &image, &options);
+        assert!(out.is_none());
+        assert!(
+            report
+                .why
+                .as_deref()
+                .unwrap()
+                .contains("past the KTX2 search"),
+            "{report:?}"
+        );
+        assert!(report.candidates.is_empty(), "refused before any encoding");
     }
 
     /// `[images] max_size` and `[[images.paths]] max_size`: never by default, the last

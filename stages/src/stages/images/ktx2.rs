@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use basis_universal::{
-    BasisTextureFormat, ColorSpace, Compressor, CompressorParams, TranscodeParameters,
-    Transcoder, TranscoderTextureFormat,
+    BasisTextureFormat, ColorSpace, Compressor, CompressorParams, TranscodeParameters, Transcoder,
+    TranscoderTextureFormat,
 };
 use image::RgbaImage;
 use serde::Serialize;
@@ -40,6 +40,9 @@ pub enum Bound {
 pub const NORMAL_MAX_DEGREES: f64 = 4.0;
 /// The default PSNR bound for other data textures (dB, per channel).
 pub const DATA_MIN_PSNR: f64 = 40.0;
+/// Textures with more pixels (past 4096×4096) are left out of the KTX2 variant: the encoder's
+/// rate-distortion pass takes minutes on them (39 s on a 2048² texture here).
+pub const MAX_PIXELS: u64 = 4096 * 4096;
 
 impl Bound {
     fn measure(self) -> &'static str {
@@ -187,12 +190,17 @@ pub fn choose(rgba: &RgbaImage, srgb: bool, bound: Bound) -> (Option<Vec<u8>>, K
     }
     let bytes = best.map(|(bytes, _)| bytes);
     let report = Ktx2Report {
-        chosen: chosen.as_ref().map_or("none".into(), |c| c.encoding.clone()),
+        chosen: chosen
+            .as_ref()
+            .map_or("none".into(), |c| c.encoding.clone()),
         bytes: chosen.as_ref().map_or(0, |c| c.bytes),
         brotli_bytes: chosen.as_ref().map_or(0, |c| c.brotli_bytes),
         measure: bound.measure(),
         bound: bound_value,
-        formats: chosen.as_ref().map(|c| c.formats.clone()).unwrap_or_default(),
+        formats: chosen
+            .as_ref()
+            .map(|c| c.formats.clone())
+            .unwrap_or_default(),
         scores: chosen.map(|c| c.scores).unwrap_or_default(),
         gpu_bytes,
         encode_ms: start.elapsed().as_millis() as u64,
@@ -231,7 +239,12 @@ fn attempt(
             if kept {
                 candidate.formats.push(format.name());
             } else if REQUIRED.contains(&format) {
-                short.push(format!("{} {:.2} on {}", bound.measure(), value, format.name()));
+                short.push(format!(
+                    "{} {:.2} on {}",
+                    bound.measure(),
+                    value,
+                    format.name()
+                ));
             }
         }
         if short.is_empty() {
@@ -307,13 +320,14 @@ fn normal_degrees_p99(source: &RgbaImage, delivered: &RgbaImage) -> f64 {
 fn channel_psnr(source: &RgbaImage, delivered: &RgbaImage) -> f64 {
     (0..4)
         .map(|c| {
-            let (sum, n) = source
-                .pixels()
-                .zip(delivered.pixels())
-                .fold((0f64, 0f64), |(s, n), (a, b)| {
-                    let d = f64::from(a.0[c]) - f64::from(b.0[c]);
-                    (s + d * d, n + 1.0)
-                });
+            let (sum, n) =
+                source
+                    .pixels()
+                    .zip(delivered.pixels())
+                    .fold((0f64, 0f64), |(s, n), (a, b)| {
+                        let d = f64::from(a.0[c]) - f64::from(b.0[c]);
+                        (s + d * d, n + 1.0)
+                    });
             let mse = sum / n.max(1.0);
             if mse == 0.0 {
                 99.0
@@ -409,9 +423,15 @@ pub struct Basis {
 pub fn encode(rgba: &RgbaImage, mode: Mode, srgb: bool) -> Result<Basis, String> {
     let (width, height) = rgba.dimensions();
     if width.max(height) > basis_universal::TEXTURE_DIMENSION_MAX {
-        return Err(format!("{width}×{height} is larger than Basis Universal's limit"));
+        return Err(format!(
+            "{width}×{height} is larger than Basis Universal's limit"
+        ));
     }
-    let space = if srgb { ColorSpace::Srgb } else { ColorSpace::Linear };
+    let space = if srgb {
+        ColorSpace::Srgb
+    } else {
+        ColorSpace::Linear
+    };
     let mut params = CompressorParams::new();
     params.set_print_status_to_stdout(false);
     params.set_color_space(space);
@@ -583,7 +603,11 @@ pub fn to_ktx2(basis: &Basis) -> Result<Vec<u8>, String> {
             data: f.range(f.uint(at + 13, 4)?, f.uint(at + 17, 4)?)?,
         });
     }
-    let levels = slices.iter().map(|s| s.level + 1).max().ok_or("no slices")?;
+    let levels = slices
+        .iter()
+        .map(|s| s.level + 1)
+        .max()
+        .ok_or("no slices")?;
     let base = slices
         .iter()
         .find(|s| s.level == 0 && !s.alpha)
@@ -628,8 +652,14 @@ pub fn to_ktx2(basis: &Basis) -> Result<Vec<u8>, String> {
             f.uint(TABLES.0 + TABLES.1, TABLES.2)?,
         )?;
         let mut sgd = Vec::new();
-        put16(&mut sgd, f.uint(TOTAL_ENDPOINTS.0, TOTAL_ENDPOINTS.1)? as u16);
-        put16(&mut sgd, f.uint(TOTAL_SELECTORS.0, TOTAL_SELECTORS.1)? as u16);
+        put16(
+            &mut sgd,
+            f.uint(TOTAL_ENDPOINTS.0, TOTAL_ENDPOINTS.1)? as u16,
+        );
+        put16(
+            &mut sgd,
+            f.uint(TOTAL_SELECTORS.0, TOTAL_SELECTORS.1)? as u16,
+        );
         put32(&mut sgd, endpoints.len() as u32);
         put32(&mut sgd, selectors.len() as u32);
         put32(&mut sgd, tables.len() as u32);
@@ -811,7 +841,11 @@ mod tests {
                     ((w >> level).max(1), (h >> level).max(1))
                 );
                 reader
-                    .transcode(level, basisu::TargetFormat::Astc4x4Rgba, basisu::DecodeFlags::NONE)
+                    .transcode(
+                        level,
+                        basisu::TargetFormat::Astc4x4Rgba,
+                        basisu::DecodeFlags::NONE,
+                    )
                     .unwrap();
             }
             let theirs = reader
@@ -842,8 +876,18 @@ mod tests {
     fn the_header_says_etc1s_or_uastc_and_srgb_or_linear() {
         let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
         for (mode, srgb, model, scheme) in [
-            (Mode::Etc1s { quality: 64 }, true, MODEL_ETC1S, SUPERCOMPRESSION_BASISLZ),
-            (Mode::Uastc { rdo: None }, false, MODEL_UASTC, SUPERCOMPRESSION_NONE),
+            (
+                Mode::Etc1s { quality: 64 },
+                true,
+                MODEL_ETC1S,
+                SUPERCOMPRESSION_BASISLZ,
+            ),
+            (
+                Mode::Uastc { rdo: None },
+                false,
+                MODEL_UASTC,
+                SUPERCOMPRESSION_NONE,
+            ),
         ] {
             let ktx2 = to_ktx2(&encode(&picture(16, 8, false), mode, srgb).unwrap()).unwrap();
             assert_eq!(ktx2[..12], KTX2_IDENTIFIER);
@@ -861,7 +905,13 @@ mod tests {
     #[test]
     fn a_picture_gets_etc1s_scored_on_every_gpu_format() {
         let rgba = picture(128, 128, false);
-        let (bytes, report) = choose(&rgba, true, Bound::Colour { min_ssimulacra2: 50.0 });
+        let (bytes, report) = choose(
+            &rgba,
+            true,
+            Bound::Colour {
+                min_ssimulacra2: 50.0,
+            },
+        );
         let bytes = bytes.expect("a smooth picture keeps a loose bound in ETC1S");
         assert!(report.chosen.starts_with("ktx2 etc1s"), "{report:?}");
         assert_eq!(report.bytes, bytes.len() as u64);
@@ -882,16 +932,22 @@ mod tests {
     #[test]
     fn a_bound_no_encoding_keeps_is_said_per_candidate() {
         let rgba = picture(32, 32, false);
-        let (bytes, report) = choose(&rgba, true, Bound::Colour { min_ssimulacra2: 99.9 });
+        let (bytes, report) = choose(
+            &rgba,
+            true,
+            Bound::Colour {
+                min_ssimulacra2: 99.9,
+            },
+        );
         assert!(bytes.is_none());
         assert_eq!(report.chosen, "none");
         // ETC1S 128 far below: no 255; then both UASTC.
         assert_eq!(report.candidates.len(), 3, "{report:?}");
         assert!(
-            report
-                .candidates
-                .iter()
-                .all(|c| c.rejected.as_deref().is_some_and(|r| r.contains("does not keep"))),
+            report.candidates.iter().all(|c| c
+                .rejected
+                .as_deref()
+                .is_some_and(|r| r.contains("does not keep"))),
             "{report:?}"
         );
     }
@@ -903,13 +959,17 @@ mod tests {
         let rgba = picture(64, 64, false);
         let mut swapped = rgba.clone();
         swapped.pixels_mut().for_each(|p| p.0.swap(0, 2));
-        let colour = Bound::Colour { min_ssimulacra2: 80.0 };
+        let colour = Bound::Colour {
+            min_ssimulacra2: 80.0,
+        };
         assert!(!colour.check(&rgba, &swapped).unwrap().1);
         assert!(colour.check(&rgba, &rgba).unwrap().1);
         let normals = bumps(64);
         let mut flipped = normals.clone();
         flipped.pixels_mut().for_each(|p| p.0[0] = 255 - p.0[0]);
-        let normal = Bound::Normal { max_degrees: NORMAL_MAX_DEGREES };
+        let normal = Bound::Normal {
+            max_degrees: NORMAL_MAX_DEGREES,
+        };
         assert!(!normal.check(&normals, &flipped).unwrap().1);
         let (same, kept) = normal.check(&normals, &normals).unwrap();
         assert!(same < 1e-3 && kept, "{same}");
@@ -928,12 +988,21 @@ mod tests {
 
     #[test]
     fn a_normal_map_gets_uastc_within_its_angle() {
-        let (bytes, report) = choose(&bumps(64), false, Bound::Normal { max_degrees: NORMAL_MAX_DEGREES });
+        let (bytes, report) = choose(
+            &bumps(64),
+            false,
+            Bound::Normal {
+                max_degrees: NORMAL_MAX_DEGREES,
+            },
+        );
         assert!(bytes.is_some(), "{report:?}");
         assert!(report.chosen.starts_with("ktx2 uastc"), "{report:?}");
         assert_eq!(report.measure, "normal_degrees_p99");
         for format in REQUIRED {
-            assert!(report.scores[format.name()] <= NORMAL_MAX_DEGREES, "{report:?}");
+            assert!(
+                report.scores[format.name()] <= NORMAL_MAX_DEGREES,
+                "{report:?}"
+            );
         }
         // UASTC transcoded to ETC2 loses what ASTC and BC7 keep: measured, and said.
         assert!(report.scores["etc2"] > report.scores["astc"], "{report:?}");

@@ -70,8 +70,17 @@ pub fn run(dir: &Path, paths: Vec<(String, PathBuf)>) {
     }
     println!("\nKTX2 (Basis Universal) textures under {}", dir.display());
     println!(
-        "{:<58} {:>11} {:>17} {:>9} {:>9} {:>9} {:>19} {:>9} {:>7}",
-        "texture", "size", "chosen", "source", "ktx2", "ktx2+br", "astc/bc7/etc2", "gpu vs 8", "enc s"
+        "{:<58} {:>11} {:>17} {:>9} {:>9} {:>9} {:>19} {:>8} {:>9} {:>7}",
+        "texture",
+        "size",
+        "chosen",
+        "source",
+        "ktx2",
+        "ktx2+br",
+        "astc/bc7/etc2",
+        "etc1s",
+        "gpu vs 8",
+        "enc s"
     );
     let (mut source, mut brotli, mut gpu, mut rgba8, mut held, mut secs) = (0, 0, 0, 0, 0, 0.0);
     let mut missed = Vec::new();
@@ -87,15 +96,39 @@ pub fn run(dir: &Path, paths: Vec<(String, PathBuf)>) {
             .collect::<Vec<_>>()
             .join("/");
         let made = r.report.chosen != "none";
+        // What ETC1S at quality 128 (the first candidate for colour) reached, the lower of
+        // ASTC and BC7.
+        let etc1s = r
+            .report
+            .candidates
+            .iter()
+            .find(|c| c.encoding.contains("etc1s q128"))
+            .and_then(|c| {
+                ["astc", "bc7"]
+                    .iter()
+                    .filter_map(|f| c.scores.get(f))
+                    .copied()
+                    .reduce(f64::min)
+            })
+            .map_or("-".into(), |s| format!("{s:.1}"));
         println!(
-            "{:<58} {:>11} {:>17} {:>9} {:>9} {:>9} {:>19} {:>9} {:>7.1}",
+            "{:<58} {:>11} {:>17} {:>9} {:>9} {:>9} {:>19} {:>8} {:>9} {:>7.1}",
             truncate(&r.name, 58),
             format!("{}x{}", r.size.0, r.size.1),
             r.report.chosen.trim_start_matches("ktx2 "),
             r.source,
-            if made { r.report.bytes.to_string() } else { "-".into() },
-            if made { r.report.brotli_bytes.to_string() } else { "-".into() },
+            if made {
+                r.report.bytes.to_string()
+            } else {
+                "-".into()
+            },
+            if made {
+                r.report.brotli_bytes.to_string()
+            } else {
+                "-".into()
+            },
             scores,
+            etc1s,
             if made {
                 format!("{:.2}x", r.rgba8 as f64 / r.report.gpu_bytes as f64)
             } else {
@@ -138,7 +171,14 @@ fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {
-        let tail: String = s.chars().rev().take(n - 1).collect::<Vec<_>>().into_iter().rev().collect();
+        let tail: String = s
+            .chars()
+            .rev()
+            .take(n - 1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
         format!("…{tail}")
     }
 }
