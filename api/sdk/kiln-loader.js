@@ -624,27 +624,35 @@
       } catch (e) { no(e); }
     });
   }
-  // The GPU format this device's Basis textures are transcoded to, as the game's KTX2 loader
-  // found it (three.js' KTX2Loader after detectSupport(renderer): its workerConfig; it sends
-  // UASTC to ASTC first, then BC7, then ETC2), or as the game says (options.gpuFormat).
-  function gpuFormat(o) {
-    if (typeof o.gpuFormat === 'string') return o.gpuFormat;
-    var c = o.ktx2 && o.ktx2.workerConfig;
-    return !c ? null : c.astcSupported ? 'astc' : c.bptcSupported ? 'bc7' : c.etc2Supported ? 'etc2' : null;
+  // Whether the game decodes KTX2: options.ktx2 (its KTX2 loader, or a function returning one
+  // or a promise of one, so that it is imported only for a model that has a ktx2 variant) or
+  // options.gpuFormat.
+  function wantsKtx2(o) { return !!o.ktx2 || typeof o.gpuFormat === 'string'; }
+  // The GPU format this device's Basis textures are transcoded to, for a model with a ktx2
+  // variant: as the game says (options.gpuFormat), else as its KTX2 loader found it (three.js'
+  // KTX2Loader after detectSupport(renderer): its workerConfig; it sends UASTC to ASTC first,
+  // then BC7, then ETC2). null where the game does not decode KTX2 or its loader fails.
+  function gpuFormat(m, o) {
+    if (typeof o.gpuFormat === 'string') return Promise.resolve(o.gpuFormat);
+    if (!o.ktx2 || !variant(m, 'ktx2')) return Promise.resolve(null);
+    return Promise.resolve().then(function () { return typeof o.ktx2 === 'function' ? o.ktx2() : o.ktx2; }).then(function (l) {
+      var c = l && l.workerConfig;
+      return !c ? null : c.astcSupported ? 'astc' : c.bptcSupported ? 'bc7' : c.etc2Supported ? 'etc2' : null;
+    }, function () { return null; });
   }
   // The model's ktx2 variant (Basis textures, [images] ktx2) when this load can take it: the
-  // game decodes KTX2 and its device's format is one the variant's textures hold their bounds on.
-  function ktx2For(m, o) {
-    var v = variant(m, 'ktx2'), f = gpuFormat(o);
+  // device's format `f` is one the variant's textures hold their bounds on.
+  function ktx2For(m, f) {
+    var v = variant(m, 'ktx2');
     return v && f && Array.isArray(v.gpu_formats) && v.gpu_formats.indexOf(f) >= 0 ? v : null;
   }
   // The variant this load takes: forced, else the ktx2 variant where it suits (above), else
   // the class's choice (a few loads explore the candidate the class has too few measurements
   // of), else the preferred one. Decided once per model and page, so a host's warming and the
   // load agree.
-  function pick(m, o, key) {
+  function pick(m, o, key, f) {
     if (o.variant) return variant(m, o.variant) || variant(m, m.preferred);
-    var k2 = ktx2For(m, o);
+    var k2 = ktx2For(m, f);
     if (k2) return (picks[key] = { m: m, v: k2 }).v;
     if (picks[key] && picks[key].m === m) return picks[key].v;
     var c = m.choice, name = (c && c.variant) || m.preferred;
@@ -673,10 +681,12 @@
     // A load that can take a ktx2 variant asks the manifest whether the model has one for this
     // device (the page's own list is written before the images stage makes it); where it has
     // none, the page's list (and the variant the boot script is already fetching) serves.
-    var found = !pm ? listed() : !gpuFormat(o) ? Promise.resolve(pm) : listed().then(function (e) { return e && ktx2For(e.m, o) ? e : pm; });
+    var found = !pm ? listed() : !wantsKtx2(o) ? Promise.resolve(pm) : listed().then(function (e) { return e && variant(e.m, 'ktx2') ? e : pm; });
     return found.then(function (e) {
       if (!e) throw fail('error', 'unknown model ' + path);
-      var m = e.m, first = pick(m, o, (e.game || '') + ' ' + k);
+      return gpuFormat(e.m, o).then(function (f) { return [e, f]; });
+    }).then(function (ef) {
+      var e = ef[0], m = e.m, first = pick(m, o, (e.game || '') + ' ' + k, ef[1]);
       if (!first) throw fail('error', 'no variant of ' + path);
       function report(r) {
         if (r.ms != null || r.fallback) {

@@ -1,7 +1,6 @@
 // Fox Coins: steer the fox around a meadow and collect the spinning coins.
 import * as THREE from 'three';
 import { GLTFLoader } from 'three/addons/loaders/GLTFLoader.js';
-import { KTX2Loader } from 'three/addons/loaders/KTX2Loader.js';
 import { MeshoptDecoder } from 'three/addons/libs/meshopt_decoder.module.js';
 
 const ARENA = 14;          // half-size of the playable square
@@ -138,17 +137,22 @@ function play(name) {
 // decodes fast, else quantized; with `[images] ktx2` in kiln.toml, GPU-compressed textures
 // where this device's format keeps their quality), with a fallback when the decoder fails;
 // from any other server, GLTFLoader loads the file itself. Both give the same glTF.
-// KTX2Loader loads its transcoder only when a KTX2 texture comes.
-const ktx2Loader = new KTX2Loader()
-  .setTranscoderPath(new URL('./vendor/addons/libs/basis/', document.baseURI).href)
-  .detectSupport(renderer);
-const gltfLoader = new GLTFLoader().setMeshoptDecoder(MeshoptDecoder).setKTX2Loader(ktx2Loader);
+const gltfLoader = new GLTFLoader().setMeshoptDecoder(MeshoptDecoder);
+// KTX2Loader and the transcoder three.js ships are imported only when the build has a KTX2
+// variant of the model (kiln.model calls this then), so a game without one loads nothing more.
+const ktx2 = () => import('three/addons/loaders/KTX2Loader.js').then(({ KTX2Loader }) => {
+  const loader = new KTX2Loader()
+    .setTranscoderPath(new URL('./vendor/addons/libs/basis/', document.baseURI).href)
+    .detectSupport(renderer);
+  gltfLoader.setKTX2Loader(loader);
+  return loader;
+});
 function loadFox() {
   const direct = () => new Promise((resolve, reject) => gltfLoader.load('assets/Fox.glb', resolve, undefined, reject));
   if (!globalThis.kiln?.model) return direct();
   return kiln.model('assets/Fox.glb', {
     decoder: MeshoptDecoder,
-    ktx2: ktx2Loader,
+    ktx2,
     parse: (buf, info) => new Promise((resolve, reject) => gltfLoader.parse(buf, new URL('.', info.url).href, resolve, reject)),
   }).then((r) => r.result, (err) => {
     console.warn('kiln.model failed, loading the file itself:', err.reason ?? err);

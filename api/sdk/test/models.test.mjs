@@ -201,9 +201,14 @@ async function loadModel(game, { decoder = 'ok', parse = 'text', options = {}, c
       none: undefined,
     };
     const o = { ...opts, decoder: decoders[decoderName](), parse: parsers[parseName] };
+    // 'lazy': the KTX2 loader as a game imports it on demand; the call is recorded.
+    if (opts.ktx2 === 'lazy') {
+      window.ktx2Imports = 0;
+      o.ktx2 = () => new Promise((y) => setTimeout(() => { window.ktx2Imports++; y({ workerConfig: { astcSupported: true } }); }, 20));
+    }
     return kiln.model('assets/fox.glb', o).then((r) => {
       const result = r.result instanceof ArrayBuffer ? { arrayBuffer: new TextDecoder().decode(r.result) } : r.result;
-      return { r: { ...r, result }, parsed: window.parsed };
+      return { r: { ...r, result }, parsed: window.parsed, ktx2Imports: window.ktx2Imports };
     }, (e) => ({ rejected: e.reason, message: e.message, isError: e instanceof Error }));
   }, [decoder, parse, options]);
   out.elapsed = Date.now() - t0;
@@ -312,6 +317,13 @@ describe('kiln.model', () => {
       options: { gpuFormat: 'bc7' },
     });
     assert.equal(named.r.variant, 'ktx2');
+    // A KTX2 loader the game imports on demand: imported for a model with a ktx2 variant only.
+    const lazy = await loadModel('mk2lazy', { config: { game: { variants } }, options: { ktx2: 'lazy' } });
+    assert.equal(lazy.r.variant, 'ktx2');
+    assert.equal(lazy.ktx2Imports, 1);
+    const without = await loadModel('mk2lazyno', { options: { ktx2: 'lazy' } });
+    assert.equal(without.r.variant, 'meshopt');
+    assert.equal(without.ktx2Imports, 0, 'no ktx2 variant: the KTX2 loader is not imported');
     // A KTX2 the game fails to decode: the fallback, as for any variant that needs a decoder.
     const failing = await loadModel('mk2fail', { parse: 'ktx2Throws', config: { game: { variants } }, options: support(true, true, true) });
     assert.equal(failing.r.variant, 'quantized');

@@ -284,8 +284,8 @@ pub struct ImageResult {
     pub ssimulacra2: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psnr: Option<f64>,
-    /// GPU memory as RGBA8 with mipmaps (glTF textures; the same before and after until
-    /// GPU-compressed variants exist).
+    /// GPU memory as RGBA8 with mipmaps (glTF textures): what the WebP/PNG variants take; the
+    /// KTX2 variant's is in `ktx2`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_bytes: Option<u64>,
     pub encode_ms: u64,

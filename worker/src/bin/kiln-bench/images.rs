@@ -6,7 +6,7 @@
 //! - bounded lossy: Kiln's smallest WebP at ssimulacra2 ≥ 80 against the smallest cwebp
 //!   quality (`-q Q -m 4 -sharp_yuv -alpha_q 100`) that reaches the same score, both scored
 //!   by the same code on what the player sees;
-//! - encode time of each, and GPU memory as RGBA8 with mipmaps (unchanged until KTX2 lands).
+//! - encode time of each, and GPU memory as RGBA8 with mipmaps (`--ktx2`: the KTX2 variant's textures, see ktx2.rs).
 //!
 //! Targets (issue 32): lossless total ≤ 1.00× cwebp; bounded lossy ≤ 1.00× cwebp at equal
 //! ssimulacra2, per image; encode time within 2× of the anchor. Each is printed `met` or
@@ -369,7 +369,8 @@ fn print_table(rows: &[Row]) {
     assert!(!rows.is_empty(), "the benchmark produced data");
 }
 
-fn truncate(s: &str, n: usize) -> String {
+/// `s` cut to its last `n - 1` characters behind an ellipsis, where longer than `n`.
+pub fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {

@@ -113,7 +113,7 @@ pub fn run(dir: &Path, paths: Vec<(String, PathBuf)>) {
             .map_or("-".into(), |s| format!("{s:.1}"));
         println!(
             "{:<58} {:>11} {:>17} {:>9} {:>9} {:>9} {:>19} {:>8} {:>9} {:>7.1}",
-            truncate(&r.name, 58),
+            super::images::truncate(&r.name, 58),
             format!("{}x{}", r.size.0, r.size.1),
             r.report.chosen.trim_start_matches("ktx2 "),
             r.source,
@@ -165,20 +165,4 @@ pub fn run(dir: &Path, paths: Vec<(String, PathBuf)>) {
         println!("  not held as KTX2 (kept as WebP/PNG in the variant): {m}");
     }
     assert!(!rows.is_empty(), "no texture measured");
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let tail: String = s
-            .chars()
-            .rev()
-            .take(n - 1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        format!("…{tail}")
-    }
 }
