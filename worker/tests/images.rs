@@ -1155,6 +1155,25 @@ fn ktx2_gives_a_textured_model_a_basis_variant_for_the_formats_it_holds_on() {
     // The Khronos validator on the variant (KHR_texture_basisu and image/ktx2 understood).
     let variant = dir.path().join("quad.ktx2.glb");
     std::fs::write(&variant, &glb).unwrap();
+    // three.js' GLTFLoader, with its KTX2Loader and meshoptimizer's decoder, in Chromium: the
+    // whole variant loads, each KTX2 texture compressed on the GPU, colour sRGB.
+    let loaded = support::node_json("ktx2-decode.mjs", &["--gltf".as_ref(), variant.as_os_str()]);
+    assert_eq!(loaded["meshes"], 1, "{loaded}");
+    let slots = loaded["textures"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{loaded}"));
+    assert_eq!(slots.len(), 2, "{loaded}");
+    for (slot, i, space) in [("map", 0, "srgb"), ("normalMap", 1, "srgb-linear")] {
+        let t = slots
+            .iter()
+            .find(|t| t["slot"] == slot)
+            .unwrap_or_else(|| panic!("{loaded}"));
+        let is_ktx2 = json["images"][i]["mimeType"] == "image/ktx2";
+        assert_eq!(t["compressed"], is_ktx2, "{t}");
+        if is_ktx2 {
+            assert_eq!(t["color_space"], space, "{t}");
+        }
+    }
     let reference = dir.path().join("quad.glb");
     std::fs::write(&reference, &quad).unwrap();
     let checked = support::node_json(

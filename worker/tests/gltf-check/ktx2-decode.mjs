@@ -5,6 +5,11 @@
 // the source image's (decoded by the browser), pair by pair.
 //
 //   node ktx2-decode.mjs [--format astc|bc7|etc2] SOURCE1 KTX2_1 [SOURCE2 KTX2_2 ...]
+//   node ktx2-decode.mjs --gltf MODEL.glb
+//
+// --gltf loads a whole model variant with three.js' GLTFLoader (KTX2Loader and meshoptimizer's
+// decoder set) and prints {"textures": [{"slot", "compressed", "format", "mipmaps", "width",
+// "color_space"}], "meshes", "animations"}.
 //
 // --format forces the device format (what the loader would pick on a phone with only ETC2,
 // say) by editing the loader's detected support; default: what this Chromium supports.
@@ -24,16 +29,21 @@ import { startStaticServer } from './static-server.mjs';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
 let format = null;
-if (args[0] === '--format') {
+let gltf = null;
+if (args[0] === '--gltf' && args.length === 2) {
+  gltf = args[1];
+  args.splice(0, 2);
+} else if (args[0] === '--format') {
   format = args[1];
   args.splice(0, 2);
 }
-if (args.length === 0 || args.length % 2 !== 0 || (format && !['astc', 'bc7', 'etc2'].includes(format))) {
+if ((!gltf && args.length === 0) || args.length % 2 !== 0 || (format && !['astc', 'bc7', 'etc2'].includes(format))) {
   process.stderr.write('usage: node ktx2-decode.mjs [--format astc|bc7|etc2] SOURCE1 KTX2_1 [...]\n');
   process.exit(2);
 }
 
 const mounts = { '/tool/': here };
+if (gltf) mounts['/model/'] = path.dirname(path.resolve(gltf));
 const urls = args.map((f, i) => {
   mounts[`/f${i}/`] = path.dirname(path.resolve(f));
   return `/f${i}/${encodeURIComponent(path.basename(f))}`;
@@ -51,7 +61,27 @@ try {
   const errors = [];
   tab.on('pageerror', (e) => errors.push(String(e)));
   await tab.goto(new URL('/page/page.html', server.url).href);
-  const result = await tab.evaluate(async ({ urls, format }) => {
+  const result = gltf ? await tab.evaluate(async (url) => {
+    const THREE = await import('three');
+    const { GLTFLoader } = await import('three/addons/loaders/GLTFLoader.js');
+    const { KTX2Loader } = await import('three/addons/loaders/KTX2Loader.js');
+    const { MeshoptDecoder } = await import('three/addons/libs/meshopt_decoder.module.js');
+    const renderer = new THREE.WebGLRenderer();
+    const ktx2 = new KTX2Loader().setTranscoderPath('/tool/node_modules/three/examples/jsm/libs/basis/').detectSupport(renderer);
+    const model = await new GLTFLoader().setMeshoptDecoder(MeshoptDecoder).setKTX2Loader(ktx2).loadAsync(url);
+    const textures = [];
+    let meshes = 0;
+    model.scene.traverse((o) => {
+      if (!o.isMesh) return;
+      meshes++;
+      for (const slot of ['map', 'normalMap', 'roughnessMap', 'metalnessMap', 'aoMap', 'emissiveMap']) {
+        const t = o.material[slot];
+        if (t) textures.push({ slot, compressed: !!t.isCompressedTexture, format: t.format, mipmaps: t.mipmaps?.length ?? 0, width: t.image?.width, color_space: t.colorSpace });
+      }
+    });
+    ktx2.dispose();
+    return { textures, meshes, animations: model.animations.length };
+  }, `/model/${encodeURIComponent(path.basename(gltf))}`) : await tab.evaluate(async ({ urls, format }) => {
     const THREE = await import('three');
     const { KTX2Loader } = await import('three/addons/loaders/KTX2Loader.js');
     const renderer = new THREE.WebGLRenderer({ antialias: false, preserveDrawingBuffer: true });
