@@ -261,7 +261,7 @@
       library: { totals: obj(l.totals), entries: rows(l.entries) },
       pipeline: {
         queue: obj(pl.queue), builds_by_status: obj(pl.builds_by_status), hourly: rows(pl.hourly),
-        stages: rows(pl.stages), recent_failures: rows(pl.recent_failures),
+        stages: rows(pl.stages), recent_failures: rows(pl.recent_failures), images: obj(pl.images),
       },
     };
   }
@@ -537,6 +537,10 @@
       { id: 'pipeline-queue-depth', label: 'Queue depth', value: fmt.int(q.depth), big: true, sub: 'builds waiting for a worker' },
       { id: 'pipeline-oldest-age', label: 'Oldest queued', value: fmt.age(q.oldest_age_seconds), tone: num(q.oldest_age_seconds) > 600 ? 'warn' : null },
       ...statuses.map((s) => ({ id: `pipeline-builds-${s}`, label: `Builds ${s}`, value: fmt.int(status[s]), tone: s === 'failed' && num(status[s]) > 0 ? 'bad' : null })),
+      {
+        id: 'pipeline-image-bytes-saved', label: 'Image bytes saved', value: fmt.bytes(p.images.bytes_saved),
+        sub: `images stage, ${fmt.int(p.images.builds)} newest published builds: ${fmt.bytes(p.images.bytes_before)} → ${fmt.bytes(p.images.bytes_after)}`,
+      },
     ]);
 
     const buckets = new Map();

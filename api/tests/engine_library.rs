@@ -596,6 +596,20 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str, pag
         "{}",
         data["decode"]["choices"]
     );
+    // The pipeline view sums the images stage of the published builds' reports (their Fox
+    // textures re-encoded in the model variants).
+    let images = &data["pipeline"]["images"];
+    let (before, after) = (
+        images["bytes_before"].as_u64().unwrap(),
+        images["bytes_after"].as_u64().unwrap(),
+    );
+    assert!(images["builds"].as_u64().unwrap() >= 1, "{images}");
+    assert!(after < before, "{images}");
+    assert_eq!(
+        images["bytes_saved"].as_u64().unwrap(),
+        before - after,
+        "{images}"
+    );
 
     // The built-in dashboard, rendered: it shows the hit rate the run produced.
     let screenshot = repo_root().join("target/kiln-dashboard.png");
@@ -614,9 +628,16 @@ async fn device_telemetry_is_consistent_everywhere(kiln: &Kiln, token: &str, pag
     )
     .await;
     assert_eq!(page["ok"], true, "{page}");
+    assert!(
+        page["image_bytes_saved_text"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('B') && !t.starts_with('0')),
+        "{page}"
+    );
     println!(
-        "/dashboard in Chromium: hit rate {} shown; screenshot {}",
+        "/dashboard in Chromium: hit rate {} and image bytes saved {} shown; screenshot {}",
         page["hit_rate_text"],
+        page["image_bytes_saved_text"],
         screenshot.display()
     );
 }

@@ -26,7 +26,32 @@ pub struct Rows {
     pub oldest_age_seconds: i64,
     pub finished_builds: Vec<FinishedBuild>,
     pub finished_stages: Vec<FinishedStage>,
+    /// The images stage's bytes before and after, of the newest published builds' reports
+    /// ([`image_bytes`]).
+    pub image_bytes: Vec<(u64, u64)>,
 }
+
+/// The images stage's bytes before and after in a build report (JSON), if it has them.
+pub fn image_bytes(report: &str) -> Option<(u64, u64)> {
+    #[derive(serde::Deserialize)]
+    struct Report {
+        stages: Stages,
+    }
+    #[derive(serde::Deserialize)]
+    struct Stages {
+        images: Images,
+    }
+    #[derive(serde::Deserialize)]
+    struct Images {
+        bytes_before: u64,
+        bytes_after: u64,
+    }
+    let r: Report = serde_json::from_str(report).ok()?;
+    Some((r.stages.images.bytes_before, r.stages.images.bytes_after))
+}
+
+/// How many of the newest published builds' reports the pipeline view reads.
+pub const IMAGE_REPORTS: i64 = 200;
 
 #[derive(Debug, Serialize)]
 pub struct Dashboard {
@@ -179,6 +204,16 @@ pub struct Pipeline {
     pub hourly: Vec<BuildHour>,
     pub stages: Vec<StageStats>,
     pub recent_failures: Vec<Failure>,
+    pub images: ImageBytes,
+}
+
+/// What the images stage did to the newest published builds (up to [`IMAGE_REPORTS`]).
+#[derive(Debug, Default, Serialize)]
+pub struct ImageBytes {
+    pub builds: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub bytes_saved: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -526,7 +561,15 @@ fn pipeline(rows: &Rows) -> Pipeline {
         .iter()
         .map(|(s, n)| (s.as_str(), *n))
         .collect();
+    let mut images = ImageBytes::default();
+    for (before, after) in &rows.image_bytes {
+        images.builds += 1;
+        images.bytes_before += before;
+        images.bytes_after += after;
+    }
+    images.bytes_saved = images.bytes_before.saturating_sub(images.bytes_after);
     Pipeline {
+        images,
         queue: Queue {
             depth: rows.queue_depth,
             oldest_age_seconds: rows.oldest_age_seconds,
@@ -607,5 +650,45 @@ mod library_summary_tests {
         assert!((v160.roi - 4000.0 / 1200.0).abs() < 1e-12);
         let v150 = s.versions.iter().find(|v| v.version == "0.150.0").unwrap();
         assert_eq!(v150.roi, 0.0);
+    }
+}
+
+#[cfg(test)]
+mod image_bytes_tests {
+    use super::*;
+
+    /// A build report's images stage totals are read; a report without that stage (or not a
+    /// report) counts for nothing.
+    #[test]
+    fn the_images_stage_totals_come_from_the_report() {
+        let report = r#"{"stages":{"images":{"bytes_before":1200,"bytes_after":700,"files":[]},"encode":{}},"files":[]}"#;
+        assert_eq!(image_bytes(report), Some((1200, 700)));
+        assert_eq!(image_bytes(r#"{"stages":{"encode":{}}}"#), None);
+        assert_eq!(image_bytes("not json"), None);
+        let rows = Rows {
+            preheat: Vec::new(),
+            preheat_latency: Vec::new(),
+            decode: Vec::new(),
+            decode_latency: Vec::new(),
+            choices: Vec::new(),
+            library: Vec::new(),
+            min_roi: 1.0,
+            build_counts: Vec::new(),
+            queue_depth: 0,
+            oldest_age_seconds: 0,
+            finished_builds: Vec::new(),
+            finished_stages: Vec::new(),
+            image_bytes: vec![(1200, 700), (300, 300)],
+        };
+        let images = pipeline(&rows).images;
+        assert_eq!(
+            (
+                images.builds,
+                images.bytes_before,
+                images.bytes_after,
+                images.bytes_saved
+            ),
+            (2, 1500, 1000, 500)
+        );
     }
 }

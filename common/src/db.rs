@@ -904,6 +904,26 @@ impl Db {
         .await?)
     }
 
+    /// The reports (JSON) of the `limit` newest builds published in the filter's range.
+    pub async fn published_reports(
+        &self,
+        filter: &RollupFilter,
+        limit: i64,
+    ) -> Result<Vec<String>, DbError> {
+        Ok(sqlx::query_scalar::<_, String>(
+            "SELECT b.report FROM builds b WHERE b.status = 'published' AND b.report IS NOT NULL \
+             AND b.updated_at >= $1 AND b.updated_at < $2 AND ($3 = '' OR b.game = $3) \
+             AND ($4 = '' OR b.team_id = $4) ORDER BY b.updated_at DESC LIMIT $5",
+        )
+        .bind(&filter.from)
+        .bind(&filter.to)
+        .bind(filter.game.clone().unwrap_or_default())
+        .bind(filter.team_id.clone().unwrap_or_default())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Stages that finished in the filter's range, with their times.
     pub async fn finished_stages(
         &self,

@@ -73,6 +73,8 @@ export async function checkDashboard({ url, token, game = null, expectHitRate = 
     out.range = first.range;
     if (first.hitRate == null) fail('no #prewarm-hit-rate element');
     else if (!/^(\d{1,3}\.\d %|–)$/.test(first.hitRate)) fail(`#prewarm-hit-rate reads ${JSON.stringify(first.hitRate)}, not like "81.3 %"`);
+    out.image_bytes_saved_text = first.imageBytesSaved;
+    if (first.imageBytesSaved == null) fail('no #pipeline-image-bytes-saved element');
     if (expectHitRate != null && first.hitRate !== expectHitRate) fail(`#prewarm-hit-rate reads ${JSON.stringify(first.hitRate)}, expected ${JSON.stringify(expectHitRate)}`);
     for (const v of VIEWS) {
       const view = first.views[v];
@@ -164,7 +166,11 @@ async function checkDataRequest(request, { token, game, hours, fail }) {
 // What the page shows: the hit rate tile, the range, and per view its charts and tables.
 function inspect(page) {
   return page.evaluate((views) => {
-    const result = { hitRate: document.getElementById('prewarm-hit-rate')?.textContent.trim() ?? null, range: document.getElementById('filter-range')?.value ?? null, views: {} };
+    const result = {
+      hitRate: document.getElementById('prewarm-hit-rate')?.textContent.trim() ?? null,
+      imageBytesSaved: document.getElementById('pipeline-image-bytes-saved')?.textContent.trim() ?? null,
+      range: document.getElementById('filter-range')?.value ?? null, views: {},
+    };
     for (const name of views) {
       const view = document.querySelector(`[data-view="${name}"]`);
       if (!view) continue;

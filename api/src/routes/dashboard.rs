@@ -330,6 +330,12 @@ pub async fn data(
         oldest_age_seconds,
         finished_builds: db.finished_builds(&builds).await?,
         finished_stages: db.finished_stages(&builds).await?,
+        image_bytes: db
+            .published_reports(&builds, dashboard::IMAGE_REPORTS)
+            .await?
+            .iter()
+            .filter_map(|r| dashboard::image_bytes(r))
+            .collect(),
     };
     Ok(Json(dashboard::build(
         games,

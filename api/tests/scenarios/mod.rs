@@ -1219,6 +1219,14 @@ pub async fn a_published_build_shows_every_stage_done(deployment: Deployment) {
         assert_eq!(stage["status"], "succeeded", "{status}");
         assert!(stage["finished_at"].is_string(), "{status}");
     }
+    // The dashboard's pipeline view reads the published build's report (its images stage:
+    // nothing to re-encode in this build), on this deployment's database.
+    let (_, data) = kiln
+        .get_json(ADMIN, "/v1/dashboard/data?game=stages-game")
+        .await;
+    let images = &data["pipeline"]["images"];
+    assert_eq!(images["builds"], 1, "{data}");
+    assert_eq!(images["bytes_saved"], 0, "{images}");
     kiln.stop().await;
 }
 
