@@ -81,7 +81,7 @@ pub struct ImageOptions {
     /// libwebp's lossy effort (0–6).
     pub webp_method: u8,
     /// Textured models get a `ktx2` variant (the meshopt geometry, Basis Universal textures);
-    /// off by default: it is lossy, held to the bounds below on every GPU format.
+    /// off by default: it is lossy, held to the bounds below on ASTC and BC7 (ETC2 scored too).
     pub ktx2: bool,
     /// Globs of model paths that get it even when `ktx2` is off.
     pub ktx2_paths: Vec<String>,
@@ -719,10 +719,10 @@ fn note_no_ktx2(results: &mut [ImageResult], why: &str) {
 }
 
 /// The model's `ktx2` variant: its meshopt variant (`json`, `bin`) with each image as KTX2
-/// where an encoding keeps the image's bound on every GPU format, else as in the other
-/// variants (`chosen`, or as it was). Each image's result gets its [`ktx2::Ktx2Report`]. `None`
-/// (the reason on the results) when no image became KTX2, the variant's path is taken by a
-/// file of the build, or the variant cannot be written.
+/// where an encoding keeps the image's bound on ASTC and BC7 ([`ktx2::REQUIRED`]), else as in
+/// the other variants (`chosen`, or as it was). Each image's result gets its
+/// [`ktx2::Ktx2Report`]. `None` (the reason on the results) when no image became KTX2, the
+/// variant's path is taken by a file of the build, or the variant cannot be written.
 fn ktx2_variant(
     tree: &FileTree,
     source: &str,
@@ -800,13 +800,7 @@ fn ktx2_texture(
 ) -> (Option<(Vec<u8>, u64)>, ktx2::Ktx2Report) {
     // The pixels the other variants hold: decoded, and scaled where `max_size` says.
     let rgba = match decode_source(bytes, options.max_pixels) {
-        Ok(source) => {
-            let (w, h) = (source.width(), source.height());
-            match plan.max_size.and_then(|m| codec::fitted_size(w, h, m)) {
-                Some((w, h)) => codec::resize(&source.to_rgba8(), w, h),
-                None => source.to_rgba8(),
-            }
-        }
+        Ok(source) => codec::fit(source, plan.max_size).0.to_rgba8(),
         Err(why) => {
             let why = format!("cannot decode it: {why}");
             return (None, ktx2::Ktx2Report::not_made(&why));
@@ -820,16 +814,8 @@ fn ktx2_texture(
         );
         return (None, ktx2::Ktx2Report::not_made(&why));
     }
-    let (srgb, bound) = if !plan.data_texture {
-        let min_ssimulacra2 = plan.bound;
-        (true, ktx2::Bound::Colour { min_ssimulacra2 })
-    } else if image.slots.iter().any(|s| s == "normalTexture") {
-        let max_degrees = options.ktx2_normal_max_degrees;
-        (false, ktx2::Bound::Normal { max_degrees })
-    } else {
-        let min_psnr = options.ktx2_data_min_psnr;
-        (false, ktx2::Bound::Data { min_psnr })
-    };
+    let normal = image.slots.iter().any(|s| s == "normalTexture");
+    let (srgb, bound) = ktx2_bound(plan.data_texture, normal, plan.bound, options);
     match crate::gltf::guard_model(|| Ok(ktx2::choose(&rgba, srgb, bound))) {
         Ok((bytes, report)) => (bytes.map(|b| (b, rgba8_gpu_bytes(width, height))), report),
         Err(why) => (
@@ -839,8 +825,29 @@ fn ktx2_texture(
     }
 }
 
+/// What a texture's KTX2 is held to, and whether it holds colour (encoded and tagged sRGB):
+/// colour keeps the ssimulacra2 `bound` (the build's or its path's), a normal map the angle,
+/// other data the PSNR.
+pub fn ktx2_bound(
+    data_texture: bool,
+    normal: bool,
+    bound: f64,
+    options: &ImageOptions,
+) -> (bool, ktx2::Bound) {
+    if !data_texture {
+        let min_ssimulacra2 = bound;
+        (true, ktx2::Bound::Colour { min_ssimulacra2 })
+    } else if normal {
+        let max_degrees = options.ktx2_normal_max_degrees;
+        (false, ktx2::Bound::Normal { max_degrees })
+    } else {
+        let min_psnr = options.ktx2_data_min_psnr;
+        (false, ktx2::Bound::Data { min_psnr })
+    }
+}
+
 /// GPU memory of an RGBA8 texture with its mipmaps (a third more than its base level).
-fn rgba8_gpu_bytes(width: u32, height: u32) -> u64 {
+pub fn rgba8_gpu_bytes(width: u32, height: u32) -> u64 {
     u64::from(width) * u64::from(height) * 4 * 4 / 3
 }
 
@@ -909,7 +916,7 @@ fn choose_textures(
 }
 
 /// Names that say an image holds data, not colour: never perceptually lossy.
-fn looks_like_data(path: &str) -> bool {
+pub fn looks_like_data(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
     [
         "normal",
@@ -1003,13 +1010,7 @@ pub fn optimize_image(bytes: &[u8], plan: &Plan, options: &ImageOptions) -> Opti
     };
     // `[images] max_size`: scaled down first; every candidate then holds the scaled image and
     // is checked or scored against it.
-    let resized = plan
-        .max_size
-        .and_then(|m| codec::fitted_size(width, height, m));
-    let source = match resized {
-        Some((w, h)) => DynamicImage::ImageRgba8(codec::resize(&source.to_rgba8(), w, h)),
-        None => source,
-    };
+    let (source, resized) = codec::fit(source, plan.max_size);
     let rgba = source.to_rgba8();
     // A WebP carries the source's colour profile (or is not made, where it cannot).
     let webp_profile = match format {

@@ -269,6 +269,18 @@ pub fn fitted_size(width: u32, height: u32, max_size: u32) -> Option<(u32, u32)>
     Some((scale(width), scale(height)))
 }
 
+/// `source` scaled down to fit `max_size` ([`fitted_size`]) and the size it was scaled to; as it
+/// is where no size is set or it already fits.
+pub fn fit(source: DynamicImage, max_size: Option<u32>) -> (DynamicImage, Option<(u32, u32)>) {
+    match max_size.and_then(|m| fitted_size(source.width(), source.height(), m)) {
+        Some((w, h)) => (
+            DynamicImage::ImageRgba8(resize(&source.to_rgba8(), w, h)),
+            Some((w, h)),
+        ),
+        None => (source, None),
+    }
+}
+
 /// The image scaled to `width`×`height` (Lanczos3 on straight RGBA, the filter image editors
 /// and gltfpack's `-ts` use for downscaling).
 pub fn resize(rgba: &image::RgbaImage, width: u32, height: u32) -> image::RgbaImage {

@@ -5,7 +5,8 @@
 //! transcodes it to what the GPU reads — ASTC 4×4 on most phones, BC7 on desktops, ETC2
 //! (ETC1 for opaque ETC1S) on older phones. So a candidate is scored after transcoding to
 //! each of the three and decoding those blocks back to pixels (`texture2ddecoder`, not the
-//! transcoder that made them), and must meet the bound on every one.
+//! transcoder that made them): it must meet the bound on ASTC and BC7 ([`REQUIRED`]), and says
+//! whether it does on ETC2.
 //!
 //! The encoder is Binomial's (the `basis-universal` crate); it writes `.basis` files, whose
 //! slices, codebooks and tables this module moves into a KTX2 container as the KTX2 spec's
@@ -23,7 +24,7 @@ use serde::Serialize;
 
 use super::score;
 
-/// What a texture must keep on every GPU format a device class gets.
+/// What a texture must keep on the GPU formats it is sent to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Bound {
     /// Colour: ssimulacra2 at least this (the images stage's bound), on what the player sees.
@@ -45,6 +46,15 @@ pub const DATA_MIN_PSNR: f64 = 40.0;
 pub const MAX_PIXELS: u64 = 4096 * 4096;
 
 impl Bound {
+    /// The bound's own number (ssimulacra2, degrees or dB).
+    fn value(self) -> f64 {
+        match self {
+            Bound::Colour { min_ssimulacra2 } => min_ssimulacra2,
+            Bound::Normal { max_degrees } => max_degrees,
+            Bound::Data { min_psnr } => min_psnr,
+        }
+    }
+
     fn measure(self) -> &'static str {
         match self {
             Bound::Colour { .. } => "ssimulacra2",
@@ -139,11 +149,6 @@ impl Ktx2Report {
 /// the reasons when none held.
 pub fn choose(rgba: &RgbaImage, srgb: bool, bound: Bound) -> (Option<Vec<u8>>, Ktx2Report) {
     let start = Instant::now();
-    let bound_value = match bound {
-        Bound::Colour { min_ssimulacra2 } => min_ssimulacra2,
-        Bound::Normal { max_degrees } => max_degrees,
-        Bound::Data { min_psnr } => min_psnr,
-    };
     let mut candidates: Vec<Ktx2Candidate> = Vec::new();
     // The kept candidate smallest after brotli: its bytes and its index in `candidates`.
     let mut best: Option<(Vec<u8>, usize)> = None;
@@ -196,7 +201,7 @@ pub fn choose(rgba: &RgbaImage, srgb: bool, bound: Bound) -> (Option<Vec<u8>>, K
         bytes: chosen.as_ref().map_or(0, |c| c.bytes),
         brotli_bytes: chosen.as_ref().map_or(0, |c| c.brotli_bytes),
         measure: bound.measure(),
-        bound: bound_value,
+        bound: bound.value(),
         formats: chosen
             .as_ref()
             .map(|c| c.formats.clone())
@@ -207,7 +212,7 @@ pub fn choose(rgba: &RgbaImage, srgb: bool, bound: Bound) -> (Option<Vec<u8>>, K
         candidates,
         why: bytes
             .is_none()
-            .then(|| "no encoding kept the bound on every GPU format".into()),
+            .then(|| "no encoding kept the bound on ASTC and BC7".into()),
     };
     (bytes, report)
 }
@@ -262,11 +267,12 @@ fn attempt(
     }
 }
 
-/// The size after brotli at the quality the origin uses for large files (5).
+/// The size after brotli at the quality the origin uses for large files (`encode`'s
+/// `brotli_large_quality`): a fast estimate to compare candidates by.
 fn brotli_size(data: &[u8]) -> u64 {
     let mut out = Vec::new();
     let params = brotli::enc::BrotliEncoderParams {
-        quality: 5,
+        quality: crate::stages::encode::EncodeOptions::default().brotli_large_quality as i32,
         lgwin: 22,
         ..Default::default()
     };

@@ -25,23 +25,13 @@ struct Row {
     secs: f64,
 }
 
-/// The bound a texture is held to, from its name (as the stage does for a standalone file;
-/// in a model the slots decide).
+/// The bound a texture is held to, from its name: data by the stage's own name rule, a normal
+/// map by its name too (in a model the slots decide).
 fn bound_for(name: &str, options: &ImageOptions) -> (bool, Bound) {
     let lower = name.to_ascii_lowercase();
-    if lower.contains("normal") || lower.contains("_nrm") {
-        let max_degrees = options.ktx2_normal_max_degrees;
-        (false, Bound::Normal { max_degrees })
-    } else if ["roughness", "metallic", "occlusion", "_orm", "height"]
-        .iter()
-        .any(|w| lower.contains(w))
-    {
-        let min_psnr = options.ktx2_data_min_psnr;
-        (false, Bound::Data { min_psnr })
-    } else {
-        let min_ssimulacra2 = options.min_ssimulacra2;
-        (true, Bound::Colour { min_ssimulacra2 })
-    }
+    let normal = lower.contains("normal") || lower.contains("_nrm");
+    let data = images::looks_like_data(name);
+    images::ktx2_bound(data, normal, options.min_ssimulacra2, options)
 }
 
 pub fn run(dir: &Path, paths: Vec<(String, PathBuf)>) {
@@ -63,7 +53,7 @@ pub fn run(dir: &Path, paths: Vec<(String, PathBuf)>) {
             name,
             size: rgba.dimensions(),
             source: bytes.len() as u64,
-            rgba8: u64::from(rgba.width()) * u64::from(rgba.height()) * 4 * 4 / 3,
+            rgba8: images::rgba8_gpu_bytes(rgba.width(), rgba.height()),
             report,
             secs: start.elapsed().as_secs_f64(),
         });
