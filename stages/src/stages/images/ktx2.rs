@@ -267,12 +267,13 @@ fn attempt(
     }
 }
 
-/// The size after brotli at the quality the origin uses for large files (`encode`'s
-/// `brotli_large_quality`): a fast estimate to compare candidates by.
+/// The size after brotli at the quality the origin uses for large files (5, `encode`'s
+/// `brotli_large_quality`, which a stage may not import): a fast estimate to compare candidates
+/// by.
 fn brotli_size(data: &[u8]) -> u64 {
     let mut out = Vec::new();
     let params = brotli::enc::BrotliEncoderParams {
-        quality: crate::stages::encode::EncodeOptions::default().brotli_large_quality as i32,
+        quality: 5,
         lgwin: 22,
         ..Default::default()
     };
