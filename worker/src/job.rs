@@ -175,8 +175,16 @@ async fn consume(
     }
 }
 
-/// Drives a worker's event stream until it ends: asks it to stop once `shutdown` is set or its
-/// backend reports an error (it then takes no new job and ends when its jobs have).
+/// Drives a worker's event stream until it ends: once `shutdown` is set it pauses the worker
+/// (no new job; the backend's heartbeats go on), waits for its jobs to end, then stops it; on
+/// an error from its backend it stops it at once (it then takes no new job and ends when its
+/// jobs have).
+///
+/// Pause first, because apalis stops polling its backend while a stopped worker still has jobs
+/// running: a heartbeat caught between its two statements then keeps its transaction open until
+/// they end. On SQLite that transaction holds the write lock, so every write of the running
+/// job waited out the 30 s busy timeout and failed (CI saw a SIGTERM-ed worker give up its
+/// build that way).
 async fn drain_until<S>(
     events: S,
     worker: &WorkerContext,
@@ -188,13 +196,15 @@ where
     use futures::StreamExt;
     let mut events = std::pin::pin!(events);
     let mut stopping = false;
+    let mut draining = false;
     let mut failure = None;
+    let mut drained = tokio::time::interval(Duration::from_millis(50));
     loop {
         tokio::select! {
             biased;
             event = events.next() => match event {
                 None => {
-                    return match (stopping, failure) {
+                    return match (stopping || draining, failure) {
                         (false, Some(error)) => Ended::Failed(error),
                         (false, None) => Ended::Failed("the queue's stream ended".into()),
                         (true, _) => Ended::Stopped,
@@ -209,11 +219,22 @@ where
                 }
                 Some(Ok(_)) => {}
             },
-            _ = shutdown.wait_for(|s| *s), if !stopping => {
-                stopping = true;
-                if worker.stop().is_err() {
-                    // Not started: it holds no job.
-                    return Ended::Stopped;
+            _ = shutdown.wait_for(|s| *s), if !stopping && !draining => {
+                if worker.pause().is_err() {
+                    // Not running (not started, or already stopping): stop it as it is.
+                    stopping = true;
+                    if worker.stop().is_err() {
+                        // Not started: it holds no job.
+                        return Ended::Stopped;
+                    }
+                } else {
+                    draining = true;
+                }
+            }
+            _ = drained.tick(), if draining && !stopping => {
+                if worker.task_count() == 0 {
+                    stopping = true;
+                    let _ = worker.stop();
                 }
             }
         }

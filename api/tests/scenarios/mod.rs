@@ -1456,7 +1456,12 @@ pub fn spawn_worker(kiln: &Kiln, key_file: &std::path::Path, pause_ms: u64) -> s
         )
         .env("KILN_WORKER_HEARTBEAT_SECS", "1")
         .env("KILN_WORKER_STAGE_PAUSE_MS", pause_ms.to_string())
-        .env("RUST_LOG", "warn")
+        // KILN_TEST_WORKER_LOG: the spawned workers' RUST_LOG (e.g. `warn,apalis_core=trace`
+        // to follow the queue consumer's states).
+        .env(
+            "RUST_LOG",
+            std::env::var("KILN_TEST_WORKER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(std::process::Stdio::null());
     if !kiln.config.storage.s3_bucket.is_empty() {
         cmd.env("KILN_S3_BUCKET", &kiln.config.storage.s3_bucket)
