@@ -646,14 +646,15 @@
     var v = variant(m, 'ktx2');
     return v && f && Array.isArray(v.gpu_formats) && v.gpu_formats.indexOf(f) >= 0 ? v : null;
   }
-  // The variant this load takes: forced, else the ktx2 variant where it suits (above), else
-  // the class's choice (a few loads explore the candidate the class has too few measurements
-  // of), else the preferred one. Decided once per model and page, so a host's warming and the
-  // load agree.
+  // The variant this load takes: forced, else the ktx2 variant where it suits (above) and the
+  // class's choice does not say no (measured slower there: choice.ktx2.take false), else the
+  // class's choice (a few loads explore the candidate the class has too few measurements of),
+  // else the preferred one. Decided once per model and page, so a host's warming and the load
+  // agree.
   function pick(m, o, key, f) {
     if (o.variant) return variant(m, o.variant) || variant(m, m.preferred);
-    var k2 = ktx2For(m, f);
-    if (k2) return (picks[key] = { m: m, v: k2 }).v;
+    var k2 = ktx2For(m, f), kc = m.choice && m.choice.ktx2;
+    if (k2 && !(kc && kc.take === false)) return (picks[key] = { m: m, v: k2 }).v;
     if (picks[key] && picks[key].m === m) return picks[key].v;
     var c = m.choice, name = (c && c.variant) || m.preferred;
     if (c && c.explore && variant(m, c.explore.variant) && Math.random() * 1000 < c.explore.per_mille) name = c.explore.variant;

@@ -405,6 +405,9 @@ pub struct VariantsConfig {
     /// Classes whose default (without enough measurements) is `quantized`: no decoder to
     /// initialise or crash (seed 000: wasm crashed on some low-end phones).
     pub slow_classes: Vec<String>,
+    /// Classes whose devices take a model's `ktx2` variant (GPU-compressed textures) whenever
+    /// their GPU format allows, for its memory, whatever measurements say of its time.
+    pub low_memory_classes: Vec<String>,
     /// Measured decodes per variant needed before measurements decide.
     pub min_samples: u64,
     /// Distinct clients (trusted beacons, by salted address hash) per variant needed before
@@ -436,6 +439,7 @@ impl Default for VariantsConfig {
                 .map(|(c, b)| (c.to_string(), b))
                 .collect(),
             slow_classes: vec!["android-low".into()],
+            low_memory_classes: vec!["android-low".into(), "ios-low".into()],
             min_samples: 20,
             min_clients: 10,
             window_hours: 24 * 7,
@@ -668,6 +672,14 @@ impl Config {
             }
             "KILN_VARIANT_SLOW_CLASSES" => {
                 self.variants.slow_classes = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "KILN_VARIANT_LOW_MEMORY_CLASSES" => {
+                self.variants.low_memory_classes = value
                     .split(',')
                     .map(str::trim)
                     .filter(|c| !c.is_empty())

@@ -129,6 +129,21 @@ pub struct VariantChoice {
     /// should use it instead, so its decode time gets measured. Absent once both are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explore: Option<Exploration>,
+    /// Whether a device of this class that can take the model's `ktx2` variant (its GPU
+    /// format among the variant's `gpu_formats`) should; absent when the model has none.
+    /// `variant` is then the choice for devices that do not take it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ktx2: Option<Ktx2Choice>,
+}
+
+/// The per-class decision on a model's GPU-texture (`ktx2`) variant
+/// (`common/src/variants.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ktx2Choice {
+    pub take: bool,
+    /// `low_memory_class`, `measured` or `default`.
+    pub reason: String,
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

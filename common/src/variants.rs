@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::config::VariantsConfig;
-use crate::manifest::{Exploration, ManifestModel, VariantChoice, VariantEstimate};
+use crate::manifest::{Exploration, Ktx2Choice, ManifestModel, VariantChoice, VariantEstimate};
 use crate::rollups::RobustDecode;
 
 /// Measured decodes of one game on one device class: (asset, variant) → decodes, clients
@@ -21,6 +21,13 @@ pub type DecodeStats = HashMap<(String, String), RobustDecode>;
 pub const MEASURED: &str = "measured";
 pub const DEFAULT: &str = "default";
 pub const SLOW_CLASS: &str = "slow_class";
+/// The `ktx2` variant taken for its GPU memory, whatever it costs in time.
+pub const LOW_MEMORY_CLASS: &str = "low_memory_class";
+
+/// The variant a model's textures are GPU-compressed in (Basis, `[images] ktx2`): only a
+/// device whose GPU format it holds its bounds on can take it, so it is decided apart
+/// ([`VariantChoice::ktx2`]) and never the class's `variant`.
+pub const KTX2: &str = "ktx2";
 
 /// The variant `class` should load for `model`, with the estimates behind it.
 pub fn choose(
@@ -55,14 +62,23 @@ pub fn choose(
             }
         })
         .collect();
+    let is_measured = |e: &VariantEstimate| {
+        e.samples >= policy.min_samples && e.clients >= policy.min_clients && e.total_ms.is_some()
+    };
     let measured: Vec<&VariantEstimate> = estimates
         .iter()
-        .filter(|e| {
-            e.samples >= policy.min_samples
-                && e.clients >= policy.min_clients
-                && e.total_ms.is_some()
-        })
+        .filter(|e| e.variant != KTX2 && is_measured(e))
         .collect();
+    let ktx2 = model.variants.iter().any(|v| v.variant == KTX2).then(|| {
+        let ktx2 = estimates.iter().find(|e| e.variant == KTX2);
+        let best = measured.iter().min_by_key(|e| (e.total_ms, e.bytes));
+        ktx2_choice(
+            class,
+            ktx2.filter(|e| is_measured(e)),
+            best.copied(),
+            policy,
+        )
+    });
     // Measurements decide once at least two variants can be compared.
     if measured.len() >= 2 {
         let best = measured
@@ -89,6 +105,7 @@ pub fn choose(
                 others.join(", ")
             ),
             estimates,
+            ktx2,
         };
     }
     let has = |name: &str| model.variants.iter().any(|v| v.variant == name);
@@ -120,6 +137,54 @@ pub fn choose(
         variant,
         reason: reason.into(),
         estimates,
+        ktx2,
+    }
+}
+
+/// Whether a device of `class` that can take the `ktx2` variant should. On a low-memory
+/// class, yes: its textures take a quarter of the GPU memory or less, and a phone that runs
+/// out of it crashes the game. Elsewhere measurements decide once the ktx2 variant (its
+/// decode timed with its textures' transcode) and another variant are both measured on the
+/// class; until then, yes (the GPU memory is smaller, and its loads are what measures it).
+fn ktx2_choice(
+    class: &str,
+    ktx2: Option<&VariantEstimate>,
+    best: Option<&VariantEstimate>,
+    policy: &VariantsConfig,
+) -> Ktx2Choice {
+    if policy.low_memory_classes.iter().any(|c| c == class) {
+        return Ktx2Choice {
+            take: true,
+            reason: LOW_MEMORY_CLASS.into(),
+            detail: format!(
+                "{class} is a low-memory class: GPU-compressed textures whatever their transcode costs"
+            ),
+        };
+    }
+    match (ktx2, best) {
+        (Some(k), Some(b)) => {
+            let (k_ms, b_ms) = (k.total_ms.unwrap_or(0), b.total_ms.unwrap_or(0));
+            Ktx2Choice {
+                take: k_ms <= b_ms,
+                reason: MEASURED.into(),
+                detail: format!(
+                    "on {class}: ktx2 ready in {k_ms} ms ({} ms transfer + p90 decode and transcode {} ms over {} decodes from {} clients) vs {} {b_ms} ms",
+                    k.transfer_ms,
+                    k.decode_p90_ms.unwrap_or(0),
+                    k.samples,
+                    k.clients,
+                    b.variant
+                ),
+            }
+        }
+        _ => Ktx2Choice {
+            take: true,
+            reason: DEFAULT.into(),
+            detail: format!(
+                "default: ktx2 and another variant not both measured on {class} ({} per variant from {} clients needed)",
+                policy.min_samples, policy.min_clients
+            ),
+        },
     }
 }
 
@@ -256,6 +321,55 @@ mod tests {
         plain.preferred = "quantized".into();
         let c = choose(&plain, "desktop", &DecodeStats::new(), &policy);
         assert_eq!(c.variant, "quantized");
+    }
+
+    #[test]
+    fn the_ktx2_variant_is_decided_apart_by_memory_then_measured_time() {
+        let policy = VariantsConfig::default();
+        let mut m = model();
+        assert_eq!(
+            choose(&m, "desktop", &DecodeStats::new(), &policy).ktx2,
+            None
+        );
+        m.variants.push(ModelVariant {
+            gpu_formats: vec!["astc".into(), "bc7".into()],
+            variant: KTX2.into(),
+            path: "m.ktx2.glb".into(),
+            url: String::new(),
+            size: 200_000,
+            brotli_size: 120_000,
+            needs_decoder: true,
+        });
+        // Unmeasured: taken (its loads are what measure it); never the class's variant.
+        let c = choose(&m, "desktop", &DecodeStats::new(), &policy);
+        let k = c.ktx2.unwrap();
+        assert!(k.take);
+        assert_eq!(k.reason, DEFAULT);
+        assert_eq!(c.variant, "meshopt");
+        // desktop, 5 MB/s: ktx2 24 + 300 ms of transcode vs meshopt 20 + 5: not taken, and
+        // ktx2 being fastest measured never makes it the class's variant.
+        let slow_transcode = stats(&[
+            ("meshopt", 50, 5.0),
+            ("quantized", 30, 3.0),
+            ("ktx2", 40, 300.0),
+        ]);
+        let c = choose(&m, "desktop", &slow_transcode, &policy);
+        let k = c.ktx2.clone().unwrap();
+        assert_eq!((k.take, k.reason.as_str()), (false, MEASURED));
+        assert!(k.detail.contains("ktx2 ready in 324 ms"), "{}", k.detail);
+        assert!(k.detail.contains("vs meshopt 25 ms"), "{}", k.detail);
+        let fast_transcode = stats(&[
+            ("meshopt", 50, 40.0),
+            ("quantized", 30, 30.0),
+            ("ktx2", 40, 5.0),
+        ]);
+        let c = choose(&m, "desktop", &fast_transcode, &policy);
+        assert_eq!(c.ktx2.map(|k| k.take), Some(true));
+        assert_ne!(c.variant, KTX2);
+        // A low-memory class takes it whatever it costs in time.
+        let c = choose(&m, "android-low", &slow_transcode, &policy);
+        let k = c.ktx2.unwrap();
+        assert_eq!((k.take, k.reason.as_str()), (true, LOW_MEMORY_CLASS));
     }
 
     #[test]

@@ -279,7 +279,7 @@ pub async fn decide_variants(
     Ok(signed)
 }
 
-/// `[{asset, variant, reason, detail}]`, as stored for the dashboards.
+/// `[{asset, variant, reason, detail, explore, ktx2}]`, as stored for the dashboards.
 fn choice_summary(manifest: &Manifest, choices: &[VariantChoice]) -> serde_json::Value {
     serde_json::Value::Array(
         manifest
@@ -290,6 +290,7 @@ fn choice_summary(manifest: &Manifest, choices: &[VariantChoice]) -> serde_json:
                 serde_json::json!({
                     "asset": model.path, "variant": c.variant, "reason": c.reason, "detail": c.detail,
                     "explore": c.explore.as_ref().map(|e| &e.variant),
+                    "ktx2": c.ktx2.as_ref().map(|k| serde_json::json!({"take": k.take, "reason": k.reason})),
                 })
             })
             .collect(),
@@ -297,14 +298,14 @@ fn choice_summary(manifest: &Manifest, choices: &[VariantChoice]) -> serde_json:
 }
 
 /// Whether two summaries decide the same (the numbers in `detail` move with every beacon;
-/// a class manifest is signed again only when a variant, its reason or what to explore
-/// changes).
+/// a class manifest is signed again only when a variant, its reason, what to explore or the
+/// ktx2 decision changes).
 fn same_decisions(stored: &str, summary: &serde_json::Value) -> bool {
-    let decisions = |v: &serde_json::Value| -> Vec<[String; 4]> {
+    let decisions = |v: &serde_json::Value| -> Vec<[String; 5]> {
         v.as_array()
             .into_iter()
             .flatten()
-            .map(|c| ["asset", "variant", "reason", "explore"].map(|k| c[k].to_string()))
+            .map(|c| ["asset", "variant", "reason", "explore", "ktx2"].map(|k| c[k].to_string()))
             .collect()
     };
     serde_json::from_str::<serde_json::Value>(stored)

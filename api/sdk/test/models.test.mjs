@@ -317,6 +317,19 @@ describe('kiln.model', () => {
       options: { gpuFormat: 'bc7' },
     });
     assert.equal(named.r.variant, 'ktx2');
+    // Measured slower on this class (its transcode included): the class's choice instead.
+    const slower = await loadModel('mk2slow', {
+      config: { game: { variants, choice: { variant: 'quantized', reason: 'measured', detail: '', estimates: [], ktx2: { take: false, reason: 'measured', detail: '' } } } },
+      options: support(true, true, true),
+    });
+    assert.equal(slower.r.variant, 'quantized');
+    assert.equal(count(slower.path('ktx2')), 0);
+    // Taken (a low-memory class) even where the class's own choice is another variant.
+    const low = await loadModel('mk2low', {
+      config: { game: { variants, choice: { variant: 'quantized', reason: 'slow_class', detail: '', estimates: [], ktx2: { take: true, reason: 'low_memory_class', detail: '' } } } },
+      options: support(true, true, true),
+    });
+    assert.equal(low.r.variant, 'ktx2');
     // A KTX2 loader the game imports on demand: imported for a model with a ktx2 variant only.
     const lazy = await loadModel('mk2lazy', { config: { game: { variants } }, options: { ktx2: 'lazy' } });
     assert.equal(lazy.r.variant, 'ktx2');
