@@ -375,6 +375,26 @@
   function describe(name) {
     return settled(function () { return bootDesc[name] || known[name]; });
   }
+  // A host on another origin (a lobby) that pre-warmed the game opens it with
+  // #kiln-prewarmed=<its Date.now()> (kiln.prewarmedUrl): it cannot write this origin's storage,
+  // so the claim is how its hits are labelled prewarmed. Trusted for that label only, only for
+  // an engine the HTTP or library cache did serve, and only within 10 minutes of the claim;
+  // the fragment is taken off the address so a reload or a shared link does not claim again.
+  var CLAIM_MS = 600000;
+  var lobbyClaim = (function () {
+    try {
+      var loc = G.location, h = loc && loc.hash, m = h && /(^#|&)kiln-prewarmed=(\d+)(?=&|$)/.exec(h);
+      if (!m) return false;
+      var rest = h.slice(1).split('&').filter(function (x) { return x.indexOf('kiln-prewarmed=') !== 0; }).join('&');
+      if (G.history && G.history.replaceState) G.history.replaceState(G.history.state, '', loc.pathname + loc.search + (rest ? '#' + rest : ''));
+      var age = Date.now() - Number(m[2]);
+      return age >= -60000 && age <= CLAIM_MS;
+    } catch (e) { return false; }
+  })();
+  function prewarmedUrl(url) {
+    var u = String(url);
+    return u + (u.indexOf('#') < 0 ? '#' : '&') + 'kiln-prewarmed=' + Date.now();
+  }
   function demand(name, hook) {
     var t0 = now();
     return describe(name).then(function (d) {
@@ -385,7 +405,7 @@
       var shared = sharedHit(d, d.game || S.game);
       return rec.p.then(function (r) {
         var hit = pre && r.outcome !== 'fallback';
-        engineEvent(d, hit ? 'hit' : r.outcome, hit ? null : r.reason, now() - t0, pre, shared);
+        engineEvent(d, hit ? 'hit' : r.outcome, hit ? null : r.reason, now() - t0, pre || (lobbyClaim && r.outcome === 'hit'), shared);
         if (r.outcome !== 'fallback') remember(d);
         return r.value;
       }, function (e) {
@@ -746,9 +766,11 @@
   function warm(m) {
     var ps = [];
     (Array.isArray(m.warm) ? m.warm : []).forEach(function (u) { if (typeof u === 'string') ps.push(warmUrl(u)); });
+    // A model the page loads through kiln.model, in the variant it will take, at the URL the
+    // page fetches it from (its <base> folder: manifest page_base), not at its /cdn/files URL.
     (Array.isArray(m.warm_models) ? m.warm_models : []).forEach(function (p) {
       var e = models[m.game + ' ' + mkey(p)], v = e && pick(e.m, {}, m.game + ' ' + mkey(p));
-      if (v) ps.push(warmUrl(v.url));
+      if (v) ps.push(warmUrl(typeof m.page_base === 'string' && v.variant !== 'ktx2' && v.path ? m.page_base + v.path : v.url));
     });
     return Promise.all(ps).then(function () { return ps.length; });
   }
@@ -780,7 +802,7 @@
       var timed = ent && (ent.decodedBodySize > 0 || ent.transferSize > 0);
       var hit = timed ? ent.transferSize === 0 || ent.deliveryType === 'cache' : !!idx;
       var ms = ent ? ent.responseEnd - ent.startTime : x.at;
-      var r = hit ? { outcome: 'hit', reason: null, ms: ms, prewarmed: !!(idx && idx.by === 'preheat'), shared: sharedHit(d, d.game) }
+      var r = hit ? { outcome: 'hit', reason: null, ms: ms, prewarmed: !!(idx && idx.by === 'preheat') || lobbyClaim, shared: sharedHit(d, d.game) }
         : { outcome: 'miss', reason: classify(d), ms: ms };
       remember(d, 'page');
       return Promise.resolve(r);
@@ -984,6 +1006,7 @@
     version: '1',
     configure: configure,
     preheat: preheat,
+    prewarmedUrl: prewarmedUrl,
     engine: engine,
     model: model,
     boot: boot,

@@ -141,6 +141,48 @@ async fn engine_library_in_a_real_browser() {
         first[2]
     );
 
+    // A host's pre-warm fetches what the game's page loads, at the URLs it loads them from:
+    // opened right after, the page gets every file of its own (its folder under
+    // /play/{game}/@{build}/, the versioned loader) from the HTTP cache. A new device.
+    let keys = kiln.jwks().await["keys"].clone();
+    let manifest_b = format!("{content}/v1/games/shared-b/manifest");
+    let resources = "performance.getEntriesByType('resource').map(e => ({url: e.name, transfer: e.transferSize, body: e.decodedBodySize}))";
+    let warmed = browse(json!([
+        {"open": format!("{content}/play/host/"), "wait_for": "window.kiln",
+         "eval": format!("kiln.preheat({manifest_b:?}, {{keys: {keys}}}).then(r => kiln.engine('three').then(() => r.warmed), e => ({{rejected: e.reason}}))")},
+        {"open": format!("{content}/play/shared-b/"), "wait_for": sample_started, "eval": resources},
+    ]))
+    .await;
+    assert!(
+        warmed[0]["result"].as_u64().unwrap_or(0) > 0,
+        "nothing warmed: {}",
+        warmed[0]
+    );
+    let own: Vec<&Value> = warmed[1]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            let u = r["url"].as_str().unwrap_or("");
+            u.contains("/play/shared-b/@") || u.contains("/sdk/kiln-loader.")
+        })
+        .collect();
+    let fetched_again: Vec<&&Value> = own
+        .iter()
+        .filter(|r| r["transfer"].as_u64() != Some(0))
+        .collect();
+    assert!(own.len() >= 3, "the page's own files: {own:?}");
+    assert!(
+        fetched_again.is_empty(),
+        "fetched again after the host's pre-warm: {fetched_again:?} (of {} own files)",
+        own.len()
+    );
+    eprintln!(
+        "pre-warm: the page's {} own files all came from the HTTP cache: {:?}",
+        own.len(),
+        own.iter().map(|r| &r["url"]).collect::<Vec<_>>()
+    );
+
     // Bytes changed in storage: the library copies of three 0.150 (a classic script) and of
     // three 0.160 (an ES module), in every encoding. The revision constant is the first thing
     // each build defines: a change a hash must catch.
@@ -261,7 +303,7 @@ async fn engine_library_in_a_real_browser() {
 
     // What the server stored is what the pages reported.
     let mut reported: Vec<(String, String, String, String)> = Vec::new();
-    for line in first.iter().chain(&second) {
+    for line in first.iter().chain(&warmed).chain(&second) {
         for e in line["events"].as_array().unwrap() {
             reported.push((
                 e["game"].as_str().unwrap().to_string(),

@@ -53,6 +53,11 @@ pub struct Manifest {
     /// Models the pages load through `kiln.model`: warmed in the device's variant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warm_models: Vec<String>,
+    /// The build's folder under `/play/{game}/@{build}/` that its rewritten pages load from
+    /// (their `<base>`): a host warms `warm_models` there, at the URLs the page fetches, not at
+    /// their `/cdn/files/…` URLs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_base: Option<String>,
     /// The build's `kiln.toml` `[csp]` extension (checked: nothing that reaches the API
     /// origin), added to the policy its pages are served with (`kiln_common::csp`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -184,7 +184,7 @@ pub fn prepare(
     let (tree, engines_report, inventory) = step(observer, &mut report, engines::NAME, |obs| {
         let api = options.content_base.trim_end_matches('/');
         let links = BootLinks {
-            loader: format!("{api}{}", kiln_common::loader::versioned_path()),
+            loader: loader_url(options),
             game: identity.game.clone(),
             manifest: format!("{api}/v1/games/{}/manifest", identity.game),
             telemetry: format!("{api}/v1/telemetry"),
@@ -306,7 +306,12 @@ pub fn prepare(
     report.record(encode::NAME, &encode_report);
 
     let (signed, sign_report) = step(observer, &mut report, sign::NAME, |obs| {
-        let mut serving = serving(&engines_report, variant, &page_base(options, identity));
+        let mut serving = serving(
+            &engines_report,
+            variant,
+            &page_base(options, identity),
+            &loader_url(options),
+        );
         serving.csp = csp;
         let model_paths: Vec<_> = models
             .iter()
@@ -376,8 +381,24 @@ fn page_base(options: &PipelineOptions, identity: &BuildIdentity) -> String {
     )
 }
 
-/// What the rewritten pages fetch first, for the manifest's `warm` lists.
-fn serving(report: &engines::EnginesReport, variant: Option<String>, base: &str) -> sign::Serving {
+/// The versioned loader a rewritten page loads (immutable: its name holds its hash).
+fn loader_url(options: &PipelineOptions) -> String {
+    format!(
+        "{}{}",
+        options.content_base.trim_end_matches('/'),
+        kiln_common::loader::versioned_path()
+    )
+}
+
+/// What the rewritten pages load, for the manifest's `warm` lists: the same URLs (the page's
+/// folder under `/play/{game}/@{build}/`, the versioned loader), so a host's pre-warm leaves
+/// nothing for the page to fetch again.
+fn serving(
+    report: &engines::EnginesReport,
+    variant: Option<String>,
+    base: &str,
+    loader: &str,
+) -> sign::Serving {
     let mut serving = sign::Serving {
         variant,
         ..Default::default()
@@ -386,6 +407,8 @@ fn serving(report: &engines::EnginesReport, variant: Option<String>, base: &str)
         if page.rewrite.base.is_none() {
             continue;
         }
+        serving.page_base = Some(base.to_string());
+        serving.warm.push(loader.to_string());
         let direct_models = if page.rewrite.kiln_model {
             serving
                 .warm_models
@@ -400,6 +423,7 @@ fn serving(report: &engines::EnginesReport, variant: Option<String>, base: &str)
             .iter()
             .chain(direct_models)
             .chain(&page.rewrite.assets)
+            .chain(&page.rewrite.loads)
         {
             serving.warm.push(format!("{base}{path}"));
         }

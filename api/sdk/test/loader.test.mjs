@@ -130,6 +130,35 @@ describe('library cache outcomes', () => {
     assert.deepEqual([...p1.errors, ...p2.errors], []);
   });
 
+  it("a lobby's claim (#kiln-prewarmed=<time>) labels a hit prewarmed: only a hit, only a recent claim, once", async () => {
+    const eng = makeEngine({ version: '4.5.6' });
+    const { url } = game('lobby', eng);
+    const ctx = await newContext();
+    // Claimed, but the engine came from the network: a miss stays a plain miss.
+    const cold = await open(ctx, `${url}#kiln-prewarmed=${Date.now()}`);
+    const [c] = engineEvents((await state(cold)).events);
+    assert.deepEqual([c.outcome, c.prewarmed], ['miss', false]);
+    // Claimed by the lobby that warmed it: a prewarmed hit; the fragment is taken off the
+    // address (the game's own fragment stays), so a reload does not claim again.
+    const claimed = await open(ctx, `${url}#level=2&kiln-prewarmed=${Date.now()}`);
+    const [h] = engineEvents((await state(claimed)).events);
+    assert.deepEqual([h.outcome, h.prewarmed], ['hit', true]);
+    assert.equal(await claimed.evaluate(() => location.hash), '#level=2');
+    await claimed.reload();
+    await claimed.evaluate(() => kiln.ready);
+    const [r] = engineEvents((await state(claimed)).events);
+    assert.deepEqual([r.outcome, r.prewarmed], ['hit', false]);
+    // A stale claim (11 minutes old) and a malformed one: not prewarmed.
+    for (const hash of [`#kiln-prewarmed=${Date.now() - 660e3}`, '#kiln-prewarmed=soon']) {
+      const p = await open(ctx, url + hash);
+      const [e] = engineEvents((await state(p)).events);
+      assert.deepEqual([e.outcome, e.prewarmed], ['hit', false], hash);
+    }
+    assert.match(await claimed.evaluate(() => kiln.prewarmedUrl('https://g.example/play/x/')), /^https:\/\/g\.example\/play\/x\/#kiln-prewarmed=\d+$/);
+    assert.match(await claimed.evaluate(() => kiln.prewarmedUrl('/play/x/#a=1')), /^\/play\/x\/#a=1&kiln-prewarmed=\d+$/);
+    assert.deepEqual([...cold.errors, ...claimed.errors], []);
+  });
+
   it('version_mismatch: the device holds another version of the same engine', async () => {
     const v1 = makeEngine({ version: '1.0.0' });
     const v2 = makeEngine({ version: '2.0.0' });

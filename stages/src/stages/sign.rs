@@ -38,6 +38,8 @@ pub struct Serving {
     pub warm: Vec<String>,
     /// Models the pages load through `kiln.model` (manifest `warm_models`).
     pub warm_models: Vec<String>,
+    /// The rewritten pages' folder (manifest `page_base`), where there are any.
+    pub page_base: Option<String>,
     /// The build's checked `kiln.toml` `[csp]` extension (manifest `csp`).
     pub csp: kiln_common::csp::Extension,
 }
@@ -201,6 +203,7 @@ fn sign(input: SignInput<'_>, cdn_base: &str) -> (SignedManifest, SignReport) {
             .collect(),
         warm: serving.warm.clone(),
         warm_models: serving.warm_models.clone(),
+        page_base: serving.page_base.clone(),
         csp: serving.csp.clone(),
         beacon: None,
     };

@@ -92,6 +92,10 @@ pub struct PageRewrite {
     /// Other files the page's code names by path (images, atlases, JSON): a host's
     /// pre-warm fetches them too (the manifest's `warm`).
     pub assets: Vec<String>,
+    /// Files the page's HTML loads itself, besides its modules and engines: stylesheets,
+    /// classic scripts, images, icons (build paths of files the build has). Warmed too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loads: Vec<String>,
     /// The immutable folder the page's `<base>` names, if it got one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
@@ -127,6 +131,8 @@ struct Survey {
     inline_classic: Vec<String>,
     /// Classic engine scripts (build paths).
     classic_engines: Vec<String>,
+    /// What `<link>` (stylesheets, icons, preloads) and `<img>` load (build paths).
+    linked: Vec<String>,
     /// The kind of the script whose text is being read.
     reading: Option<Kind>,
 }
@@ -205,6 +211,32 @@ pub fn rewrite_page(
                         (Some(Kind::Module), None) => s.inline_modules.push(String::new()),
                         (Some(Kind::Classic), None) => s.inline_classic.push(String::new()),
                         _ => {}
+                    }
+                    Ok(())
+                }),
+                element!("link[href]", |el| {
+                    let rel = el
+                        .get_attribute("rel")
+                        .unwrap_or_default()
+                        .to_ascii_lowercase();
+                    let loads = rel.split_ascii_whitespace().any(|r| {
+                        matches!(r, "stylesheet" | "icon" | "preload" | "apple-touch-icon")
+                    });
+                    if loads
+                        && let Some(path) = el
+                            .get_attribute("href")
+                            .and_then(|h| resolve_uri(page_path, h.trim()))
+                    {
+                        survey.borrow_mut().linked.push(path);
+                    }
+                    Ok(())
+                }),
+                element!("img[src]", |el| {
+                    if let Some(path) = el
+                        .get_attribute("src")
+                        .and_then(|h| resolve_uri(page_path, h.trim()))
+                    {
+                        survey.borrow_mut().linked.push(path);
                     }
                     Ok(())
                 }),
@@ -453,6 +485,18 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
     };
     let models: Vec<String> = inputs.models.iter().filter(named).cloned().collect();
     let assets: Vec<String> = inputs.assets.iter().filter(named).cloned().collect();
+    // What the HTML itself loads, of the files the build has (text files are readable, the
+    // others are listed in `inputs.assets`); the modules are preloaded already.
+    let mut loads: Vec<String> = survey
+        .linked
+        .iter()
+        .chain(&survey.classic_srcs)
+        .filter(|p| !preload.contains(p) && !models.contains(p))
+        .filter(|p| inputs.assets.contains(p) || read(p).is_some())
+        .cloned()
+        .collect();
+    loads.sort();
+    loads.dedup();
     // Fetched from the start, beside the engine, instead of once the engine has run and the
     // game asks: the models the code loads itself. (The other files it names go to a host's
     // pre-warm only: an engine's own image loader need not match a `preload`.)
@@ -509,6 +553,7 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
             models,
             kiln_model,
             assets,
+            loads,
             base: base.clone(),
         },
         engines,
@@ -811,6 +856,28 @@ mod tests {
             out.contains(r#"<link rel="modulepreload" href="src/main.js">"#),
             "{out}"
         );
+    }
+
+    #[test]
+    fn what_the_html_loads_itself_is_listed_for_the_pre_warm() {
+        let html = r#"<html><head><link rel="stylesheet" href="style.css">
+<link rel="icon" href="assets/x.png"><link rel="stylesheet" href="https://fonts.example/f.css">
+<link rel="stylesheet" href="missing.css"><link rel="canonical" href="game.js">
+<script src="./libs/phaser.min.js"></script><script src="game.js"></script></head>
+<body><img src="./assets/x.png"></body></html>"#;
+        let mut e = engine("index.html", "libs/phaser.min.js", false);
+        e.name = "phaser".into();
+        let (_, page) = rewrite(
+            "index.html",
+            html,
+            std::slice::from_ref(&e),
+            &[("game.js", "start()"), ("style.css", "body{}")],
+            &[],
+        )
+        .unwrap();
+        // Files of the build only (not another origin's, not one the build lacks), once each;
+        // the engine comes from the library; `canonical` loads nothing.
+        assert_eq!(page.loads, ["assets/x.png", "game.js", "style.css"]);
     }
 
     #[test]
