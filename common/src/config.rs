@@ -553,6 +553,15 @@ impl Config {
                 .parse::<u64>()
                 .map_err(|_| bad("expected a whole number"))
         };
+        // A comma-separated list, blanks dropped.
+        let list = || -> Vec<String> {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        };
         let positive = || {
             value
                 .parse::<f64>()
@@ -670,22 +679,8 @@ impl Config {
                         .insert(class.trim().to_string(), rate);
                 }
             }
-            "KILN_VARIANT_SLOW_CLASSES" => {
-                self.variants.slow_classes = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|c| !c.is_empty())
-                    .map(String::from)
-                    .collect()
-            }
-            "KILN_VARIANT_LOW_MEMORY_CLASSES" => {
-                self.variants.low_memory_classes = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|c| !c.is_empty())
-                    .map(String::from)
-                    .collect()
-            }
+            "KILN_VARIANT_SLOW_CLASSES" => self.variants.slow_classes = list(),
+            "KILN_VARIANT_LOW_MEMORY_CLASSES" => self.variants.low_memory_classes = list(),
             "KILN_VARIANT_MIN_SAMPLES" => self.variants.min_samples = num()?.max(1),
             "KILN_VARIANT_MIN_CLIENTS" => self.variants.min_clients = num()?.max(1),
             "KILN_VARIANT_WINDOW_HOURS" => self.variants.window_hours = num()?.max(1),
@@ -700,16 +695,7 @@ impl Config {
             "KILN_ANIMATION_TRANSLATION_BITS" => self.animation.translation_bits = Some(bits()?),
             "KILN_ANIMATION_SCALE_BITS" => self.animation.scale_bits = Some(bits()?),
             "KILN_ANIMATION_WEIGHT_BITS" => self.animation.weight_bits = Some(bits()?),
-            "KILN_VAT" => {
-                self.vat.files = Some(
-                    value
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|f| !f.is_empty())
-                        .map(String::from)
-                        .collect(),
-                )
-            }
+            "KILN_VAT" => self.vat.files = Some(list()),
             "KILN_VAT_ENCODING" => self.vat.encoding = Some(value.into()),
             "KILN_VAT_MODE" => self.vat.mode = Some(value.into()),
             "KILN_VAT_FRAME_RATE" => self.vat.frame_rate = Some(positive()?),
