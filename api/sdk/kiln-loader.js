@@ -768,9 +768,11 @@
     (Array.isArray(m.warm) ? m.warm : []).forEach(function (u) { if (typeof u === 'string') ps.push(warmUrl(u)); });
     // A model the page loads through kiln.model, in the variant it will take, at the URL the
     // page fetches it from (its <base> folder: manifest page_base), not at its /cdn/files URL.
+    // (pick without a GPU format never gives the ktx2 variant, which the page reads from the
+    // manifest.)
     (Array.isArray(m.warm_models) ? m.warm_models : []).forEach(function (p) {
       var e = models[m.game + ' ' + mkey(p)], v = e && pick(e.m, {}, m.game + ' ' + mkey(p));
-      if (v) ps.push(warmUrl(typeof m.page_base === 'string' && v.variant !== 'ktx2' && v.path ? m.page_base + v.path : v.url));
+      if (v) ps.push(warmUrl(typeof m.page_base === 'string' && v.path ? m.page_base + v.path : v.url));
     });
     return Promise.all(ps).then(function () { return ps.length; });
   }

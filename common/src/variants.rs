@@ -69,22 +69,17 @@ pub fn choose(
         .iter()
         .filter(|e| e.variant != KTX2 && is_measured(e))
         .collect();
+    let best = measured
+        .iter()
+        .min_by_key(|e| (e.total_ms, e.bytes))
+        .copied();
     let ktx2 = model.variants.iter().any(|v| v.variant == KTX2).then(|| {
         let ktx2 = estimates.iter().find(|e| e.variant == KTX2);
-        let best = measured.iter().min_by_key(|e| (e.total_ms, e.bytes));
-        ktx2_choice(
-            class,
-            ktx2.filter(|e| is_measured(e)),
-            best.copied(),
-            policy,
-        )
+        ktx2_choice(class, ktx2.filter(|e| is_measured(e)), best, policy)
     });
     // Measurements decide once at least two variants can be compared.
     if measured.len() >= 2 {
-        let best = measured
-            .iter()
-            .min_by_key(|e| (e.total_ms, e.bytes))
-            .expect("two or more");
+        let best = best.expect("two or more");
         let others: Vec<String> = measured
             .iter()
             .filter(|e| e.variant != best.variant)

@@ -471,8 +471,12 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
     let mut sources: Vec<&str> = graph.sources.iter().map(|(_, s)| s.as_str()).collect();
     sources.extend(survey.inline_modules.iter().map(String::as_str));
     sources.extend(survey.inline_classic.iter().map(String::as_str));
-    let classic_sources: Vec<String> = survey.classic_srcs.iter().filter_map(|p| read(p)).collect();
-    sources.extend(classic_sources.iter().map(String::as_str));
+    let classic_sources: Vec<(&String, String)> = survey
+        .classic_srcs
+        .iter()
+        .filter_map(|p| read(p).map(|src| (p, src)))
+        .collect();
+    sources.extend(classic_sources.iter().map(|(_, src)| src.as_str()));
     let kiln_model = sources.iter().any(|s| s.contains("kiln.model("));
     let named = |path: &&String| {
         let rel = relative_to(page, path);
@@ -486,13 +490,14 @@ fn plan(page: &str, survey: &Survey, inputs: &PageInputs) -> Result<Option<Plan>
     let models: Vec<String> = inputs.models.iter().filter(named).cloned().collect();
     let assets: Vec<String> = inputs.assets.iter().filter(named).cloned().collect();
     // What the HTML itself loads, of the files the build has (text files are readable, the
-    // others are listed in `inputs.assets`); the modules are preloaded already.
+    // others are listed in `inputs.assets`; the classic scripts were read above); the modules
+    // are preloaded already.
     let mut loads: Vec<String> = survey
         .linked
         .iter()
-        .chain(&survey.classic_srcs)
-        .filter(|p| !preload.contains(p) && !models.contains(p))
         .filter(|p| inputs.assets.contains(p) || read(p).is_some())
+        .chain(classic_sources.iter().map(|(p, _)| *p))
+        .filter(|p| !preload.contains(p) && !models.contains(p))
         .cloned()
         .collect();
     loads.sort();
